@@ -1,0 +1,46 @@
+# groupops: `make demo` runs the main job, `make test` runs every test. Both set up what they need.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+CACHE := $(HOME)/.cache/groupops
+export PIP_CACHE_DIR := $(CACHE)/pip
+export GROUPOPS_CACHE := $(CACHE)
+export PYSPARK_PYTHON := $(abspath $(PY))
+export SPARK_LOCAL_IP := 127.0.0.1
+INSTALLED := $(VENV)/.installed
+
+# Each area (Kafka harness, local stack, ...) adds its build steps to TEST_DEPS in its own mk/*.mk.
+TEST_DEPS :=
+include $(wildcard mk/*.mk)
+
+.PHONY: install test lint unit demo clean
+
+install: $(INSTALLED)
+
+$(INSTALLED): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip==26.3
+	$(PY) -m pip install --quiet -e '.[dev,pipeline]'
+	touch $@
+
+lint: $(INSTALLED)
+	$(VENV)/bin/ruff check operator tests benchmarks
+	$(VENV)/bin/ruff format --check operator tests benchmarks
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+test: lint $(TEST_DEPS)
+	$(PY) -m pytest
+
+unit: $(INSTALLED)
+	$(PY) -m pytest tests/unit
+
+demo: $(INSTALLED)
+	@for f in examples/groups/*.json; do \
+	  echo "== groupops assign --input $$f --format table"; \
+	  $(VENV)/bin/groupops assign --input $$f --format table || exit 1; \
+	done
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,1 @@
+"""One module per `groupops` command; each exposes `register(app)`."""

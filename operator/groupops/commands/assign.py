@@ -1,0 +1,90 @@
+"""`groupops assign`: one group in (JSON, stdin or --input), its assignment and stats out."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from groupops.assign import UnknownStrategyError, get_strategy
+from groupops.assign.stats import AssignmentStats, compute_stats
+from groupops.commands.errors import fail
+from groupops.contract import InputError, assignment_to_json, parse_group_text
+from groupops.model import Assignment
+
+
+class OutputFormat(str, Enum):
+    json = "json"
+    table = "table"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("assign")(assign_command)
+
+
+def assign_command(
+    input_file: Annotated[
+        Path | None, typer.Option("--input", "-i", help="Group JSON file (default: standard input).")
+    ] = None,
+    strategy: Annotated[
+        str | None, typer.Option("--strategy", "-s", help="Override the document's `strategy`.")
+    ] = None,
+    output_format: Annotated[
+        OutputFormat, typer.Option("--format", "--output", "-o", help="json for machines, table for people.")
+    ] = OutputFormat.json,
+) -> None:
+    """Assign one group's partitions with the chosen strategy (contract: DESIGN.md)."""
+    text = _read_input(input_file)
+    try:
+        document_strategy, group = parse_group_text(text)
+        name = strategy or document_strategy
+        assignment = get_strategy(name)(group)
+    except InputError as e:
+        fail(f"{e.message} ({e.field})")
+    except UnknownStrategyError as e:
+        fail(f"{e} ({'--strategy' if strategy else 'strategy'})")
+    stats = compute_stats(group, assignment)
+    if output_format is OutputFormat.table:
+        _print_table(name, assignment, stats)
+    else:
+        json.dump(result_document(assignment, stats), sys.stdout, separators=(",", ":"))
+        sys.stdout.write("\n")
+
+
+def result_document(assignment: Assignment, stats: AssignmentStats) -> dict[str, Any]:
+    return {"assignment": assignment_to_json(assignment), "stats": stats}
+
+
+def _read_input(input_file: Path | None) -> str:
+    if input_file is None:
+        return sys.stdin.read()
+    try:
+        return input_file.read_text(encoding="utf-8")
+    except OSError as e:
+        fail(f"cannot read input: {e.strerror} (--input {input_file})")
+    except UnicodeDecodeError:
+        fail(f"input is not UTF-8 text (--input {input_file})")
+
+
+def _print_table(strategy: str, assignment: Assignment, stats: AssignmentStats) -> None:
+    table = Table(title=f"strategy {strategy}")
+    table.add_column("member")
+    table.add_column("partitions", justify="right")
+    table.add_column("lag", justify="right")
+    table.add_column("assignment")
+    for member_id, partitions in assignment.items():
+        figures = stats["members"][member_id]
+        shown = ", ".join(str(tp) for tp in partitions[:12]) + (" …" if len(partitions) > 12 else "")
+        table.add_row(member_id, str(figures["count"]), f"{figures['lag']:,}", shown)
+    console = Console()
+    console.print(table)
+    console.print(
+        f"max member lag {stats['max_member_lag']:,.0f}   lower bound {stats['lower_bound']:,.0f}   "
+        f"imbalance {stats['imbalance']:.3f}   moves {stats['moves']}   unassigned {stats['unassigned']}"
+    )

@@ -1,0 +1,73 @@
+"""The one interface every lag source implements, and the snapshot they all return."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from groupops.model import TopicPartition
+
+
+class LagError(Exception):
+    """Base of every lag-source failure."""
+
+
+class LagSourceConfigError(LagError):
+    """The source's spec is invalid; retrying will not help."""
+
+
+class LagSourceUnavailable(LagError):
+    """The source did not answer in time or refused the connection; transient."""
+
+
+class UnknownTopicError(LagError):
+    """A requested topic does not exist on the cluster."""
+
+
+class LagAuthorizationError(LagError):
+    """The source refused our credentials."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionOffsets:
+    """What the broker knows of one partition for one group. `committed` is None when the group
+    never committed an offset for it."""
+
+    log_start: int
+    log_end: int
+    committed: int | None
+
+
+def lag_from_offsets(offsets: PartitionOffsets, auto_offset_reset: str) -> int:
+    """Lag per DESIGN.md: end - committed; with no commit, `latest` gives 0 and anything else the
+    messages now in the partition (end - start). Never negative (a commit past the end after a
+    truncation reads as 0). A commit below the log start still counts end - committed, as the
+    seed and `kafka-consumer-groups --describe` do."""
+    if offsets.committed is None:
+        if auto_offset_reset == "latest":
+            return 0
+        return max(0, offsets.log_end - offsets.log_start)
+    return max(0, offsets.log_end - offsets.committed)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LagSnapshot:
+    """Lag of one group at one moment. `lags[topic][p]` is partition p's lag; `offsets` keeps the
+    raw numbers when the source has them (the pipeline's snapshots are built from it)."""
+
+    group_id: str
+    taken_at: float
+    lags: Mapping[str, Sequence[int]]
+    offsets: Mapping[TopicPartition, PartitionOffsets] | None = None
+
+    def total(self) -> int:
+        return sum(sum(per_topic) for per_topic in self.lags.values())
+
+
+class LagSource(Protocol):
+    """A source of lag for one group. `read` raises a LagError subclass on failure."""
+
+    def read(self, group_id: str, topics: Sequence[str]) -> LagSnapshot: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,127 @@
+"""The values every stage passes around: topic-partitions, members, one group's input, a plan.
+
+Pure and frozen: no I/O, no Kubernetes, no Kafka client. The engine (`groupops.assign`), the
+planner, the controller, the consumer runtime and the Spark pipeline all speak these types; the
+JSON form of `GroupInput` (the `groupops assign` contract) is parsed in `groupops.contract`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple, NewType
+
+__all__ = [
+    "Assignment",
+    "AssignOptions",
+    "GroupInput",
+    "Member",
+    "MemberId",
+    "Plan",
+    "TopicPartition",
+    "kafka_string_key",
+]
+
+MemberId = NewType("MemberId", str)
+
+
+class TopicPartition(NamedTuple):
+    """One partition of one topic. A tuple, so it sorts by (topic, partition) and is cheap to make
+    by the million."""
+
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+Assignment = dict[MemberId, list[TopicPartition]]
+"""Every member of the group, mapped to the partitions it gets (possibly none)."""
+
+
+def kafka_string_key(text: str) -> bytes:
+    """Sort key that orders strings as Java's `String.compareTo` does: by UTF-16 code unit.
+
+    Python compares by code point, which differs from Java only for characters beyond the BMP
+    against characters in U+E000..U+FFFF; Kafka's assignors sort member ids with Java's order.
+    """
+    return text.encode("utf-16-be", "surrogatepass")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Member:
+    """One consumer of the group as the assignor sees it.
+
+    `generation` is the generation in which `owned` was assigned (Kafka's sticky assignors give a
+    partition claimed by two members to the higher generation); `None` means unknown, as Kafka's
+    DEFAULT_GENERATION. `capacity` scales the member's share of lag in `balanced` (2.0 = twice as
+    fast as a member of capacity 1.0). `priority` orders members for `failover`.
+    """
+
+    member_id: MemberId
+    topics: frozenset[str]
+    group_instance_id: str | None = None
+    owned: tuple[TopicPartition, ...] = ()
+    generation: int | None = None
+    rack: str | None = None
+    priority: int = 0
+    capacity: float = 1.0
+
+    def kafka_sort_key(self) -> tuple[int, bytes]:
+        """Kafka's member order: static members first by group.instance.id, then dynamic
+        members by member id (AbstractPartitionAssignor.MemberInfo.compareTo)."""
+        if self.group_instance_id is not None:
+            return (0, kafka_string_key(self.group_instance_id))
+        return (1, kafka_string_key(self.member_id))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AssignOptions:
+    """Strategy options from the input's `options` object.
+
+    max_moves: `balanced` moves at most this many owned partitions in one call (None: no cap).
+    failback: `failover` hands partitions back to a returning higher-priority member; when False
+    the member that owns them now keeps them while it is alive.
+    """
+
+    max_moves: int | None = None
+    failback: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupInput:
+    """One group to assign: topics with partition counts, members, optional lag and racks.
+
+    `lags[topic][p]` is the lag of partition p (0 where a topic has no entry);
+    `partition_racks[topic][p]` is the set of racks holding a replica of partition p.
+    """
+
+    topics: Mapping[str, int]
+    members: tuple[Member, ...]
+    lags: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    partition_racks: Mapping[str, Sequence[frozenset[str]]] = field(default_factory=dict)
+    options: AssignOptions = field(default_factory=AssignOptions)
+
+    def lag(self, tp: TopicPartition) -> int:
+        per_partition = self.lags.get(tp.topic)
+        return 0 if per_partition is None else int(per_partition[tp.partition])
+
+    def subscribed_topics(self) -> list[str]:
+        """Topics at least one member subscribes to, that exist, in sorted order."""
+        wanted: set[str] = set()
+        for member in self.members:
+            wanted.update(member.topics)
+        return sorted(topic for topic in wanted if topic in self.topics)
+
+    def member_ids(self) -> list[MemberId]:
+        return [member.member_id for member in self.members]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """A published plan: the assignment the replicas must follow at `epoch` (monotonic)."""
+
+    epoch: int
+    strategy: str
+    assignment: Mapping[MemberId, tuple[TopicPartition, ...]]
