@@ -17,7 +17,6 @@ app = typer.Typer(
 )
 
 
-
 @app.callback()
 def _root() -> None:
     """Kafka consumer-group operations: lag-aware partition plans, stable identities, fast failover."""

@@ -117,7 +117,9 @@ def parse_group(document: Any) -> tuple[str, GroupInput]:
     lags = _lags(doc.lags, doc.topics)
     racks = _racks(doc.partition_racks, doc.topics)
     options = AssignOptions(max_moves=doc.options.max_moves, failback=doc.options.failback)
-    group = GroupInput(topics=dict(doc.topics), members=members, lags=lags, partition_racks=racks, options=options)
+    group = GroupInput(
+        topics=dict(doc.topics), members=members, lags=lags, partition_racks=racks, options=options
+    )
     return doc.strategy, group
 
 
@@ -185,7 +187,9 @@ def _lags(lags: Mapping[str, list[int]], topics: Mapping[str, int]) -> dict[str,
     return {topic: tuple(per_partition) for topic, per_partition in lags.items()}
 
 
-def _racks(racks: Mapping[str, list[list[str]]], topics: Mapping[str, int]) -> dict[str, tuple[frozenset[str], ...]]:
+def _racks(
+    racks: Mapping[str, list[list[str]]], topics: Mapping[str, int]
+) -> dict[str, tuple[frozenset[str], ...]]:
     for topic, per_partition in racks.items():
         if topic not in topics:
             raise InputError(f"partition_racks.{topic}", f"unknown topic {topic!r}: not in `topics`")
@@ -228,7 +232,8 @@ def group_to_json(strategy: str, group: GroupInput) -> dict[str, Any]:
         document["lags"] = {topic: [int(lag) for lag in lags] for topic, lags in group.lags.items()}
     if group.partition_racks:
         document["partition_racks"] = {
-            topic: [sorted(racks) for racks in per_partition] for topic, per_partition in group.partition_racks.items()
+            topic: [sorted(racks) for racks in per_partition]
+            for topic, per_partition in group.partition_racks.items()
         }
     options: dict[str, Any] = {}
     if group.options.max_moves is not None:

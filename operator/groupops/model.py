@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, NewType
 
 __all__ = [
-    "Assignment",
     "AssignOptions",
+    "Assignment",
     "GroupInput",
     "Member",
     "MemberId",

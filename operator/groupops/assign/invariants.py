@@ -26,7 +26,9 @@ def previous_owners(group: GroupInput) -> dict[TopicPartition, str]:
     return {tp: owner for tp, (_, owner) in best.items()}
 
 
-def check_assignment(group: GroupInput, assignment: Assignment, *, may_leave_moving_unassigned: bool = False) -> None:
+def check_assignment(
+    group: GroupInput, assignment: Assignment, *, may_leave_moving_unassigned: bool = False
+) -> None:
     """Every member present; lists sorted; each partition once, to a subscriber of its topic;
     every subscribed partition assigned (unless `may_leave_moving_unassigned` and the partition
     had a previous owner, as the cooperative protocol revokes before it reassigns)."""
@@ -34,7 +36,9 @@ def check_assignment(group: GroupInput, assignment: Assignment, *, may_leave_mov
     if set(assignment) != set(members):
         missing = sorted(set(members) - set(assignment))
         extra = sorted(set(assignment) - set(members))
-        raise InvariantViolation(f"assignment members differ from the group: missing {missing}, extra {extra}")
+        raise InvariantViolation(
+            f"assignment members differ from the group: missing {missing}, extra {extra}"
+        )
     seen: dict[TopicPartition, str] = {}
     for member_id, partitions in assignment.items():
         if partitions != sorted(partitions):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,7 +19,7 @@ from groupops.contract import InputError, assignment_to_json, parse_group_text
 from groupops.model import Assignment
 
 
-class OutputFormat(str, Enum):
+class OutputFormat(StrEnum):
     json = "json"
     table = "table"
 
