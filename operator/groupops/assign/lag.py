@@ -20,8 +20,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from groupops.assign.common import empty_assignment, subscribers_by_topic
-from groupops.model import Assignment, GroupInput, MemberId, TopicPartition, kafka_string_key
+from groupops.assign.common import collector_paused, empty_assignment, subscribers_by_topic, topic_partitions
+from groupops.model import Assignment, GroupInput, MemberId, kafka_string_key
 
 NAME = "lag"
 
@@ -32,13 +32,15 @@ _NUMPY_ROUND_MIN_MEMBERS = 48
 def assign(group: GroupInput) -> Assignment:
     assignment = empty_assignment(group)
     by_id = sorted(group.members, key=lambda m: kafka_string_key(m.member_id))
-    for topic, subscribers in sorted(subscribers_by_topic(group, by_id).items()):
-        count = group.topics[topic]
-        if count == 0:
-            continue
-        lags = np.asarray(group.lags.get(topic, np.zeros(count)), dtype=np.int64)
-        owners = assign_topic(lags, len(subscribers))
-        _append_partitions(assignment, topic, owners, subscribers)
+    subscribed = sorted(subscribers_by_topic(group, by_id).items())
+    with collector_paused(sum(group.topics[topic] for topic, _ in subscribed)):
+        for topic, subscribers in subscribed:
+            count = group.topics[topic]
+            if count == 0:
+                continue
+            lags = np.asarray(group.lags.get(topic, np.zeros(count)), dtype=np.int64)
+            owners = assign_topic(lags, len(subscribers))
+            _append_partitions(assignment, topic, owners, subscribers)
     return assignment
 
 
@@ -78,4 +80,4 @@ def _append_partitions(
     partitions = by_owner.tolist()
     for index, member_id in enumerate(subscribers):
         begin, end = int(boundaries[index]), int(boundaries[index + 1])
-        assignment[member_id].extend(TopicPartition(topic, p) for p in partitions[begin:end])
+        assignment[member_id].extend(topic_partitions(topic, partitions[begin:end]))
