@@ -1,0 +1,90 @@
+"""What one reconcile run carries: its dependencies, the memory kept per policy between runs,
+the run's context (policy, body, clock, logger), and the failure that ends a run.
+
+Shared by the reconcile's modules: `reconcile` (the named steps), `decide` (the plan decision)
+and `report` (status, conditions, Events).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from groupops.controller.events import EventSink
+from groupops.controller.identities import LeaseClock
+from groupops.controller.kube import KubeClient
+from groupops.controller.metrics import Metrics
+from groupops.controller.render_common import PolicyRef
+from groupops.controller.settings import Settings
+
+__all__ = ["Deps", "PolicyLog", "PolicyMemory", "ReconcileFailure", "ReconcileResult", "RunContext", "iso"]
+
+
+class ReconcileFailure(Exception):
+    """The run could not finish. `reason` is the condition reason; `transient` says retry."""
+
+    def __init__(self, reason: str, message: str, *, transient: bool) -> None:
+        super().__init__(f"{reason}: {message}")
+        self.reason = reason
+        self.message = message
+        self.transient = transient
+
+
+@dataclass
+class PolicyMemory:
+    """What the operator keeps between runs of one policy (lost on restart, by design)."""
+
+    clock: LeaseClock = field(default_factory=LeaseClock)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Deps:
+    client: KubeClient
+    settings: Settings
+    metrics: Metrics
+    events: EventSink
+    wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReconcileResult:
+    epoch: int
+    published: bool
+    trigger: str | None
+    status_written: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunContext:
+    """Everything one run knows, passed between its steps."""
+
+    policy: PolicyRef
+    body: Mapping[str, Any]
+    deps: Deps
+    memory: PolicyMemory
+    now: datetime
+    log: PolicyLog
+
+    @property
+    def status(self) -> Mapping[str, Any]:
+        return self.body.get("status") or {}
+
+    def event(self, kind: str, reason: str, message: str) -> None:
+        self.deps.events.post(self.policy, kind=kind, reason=reason, message=message, now=self.now)
+
+
+class PolicyLog(logging.LoggerAdapter[logging.Logger]):
+    """Every line of a run starts with the policy and its group, whatever the log format."""
+
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        extra = self.extra or {}
+        return f"[{extra.get('policy')} group={extra.get('group')}] {msg}", kwargs
+
+
+def iso(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,172 @@
+"""The plan decision of one reconcile: target, trigger, manual approval, dry run.
+
+Pure apart from reading the run's context: given the spec, the lag, the identities and the
+published plan it returns a `Decision` (where partitions should go, or nothing to do, and what
+status shows); the reconcile then runs the handoff step towards that target and publishes.
+Manual approval: a plan that moves partitions between taking-part identities waits in
+status.proposal until the annotation groupops.dev/approve=true.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from groupops.controller.context import RunContext, iso
+from groupops.controller.identities import IdentityView
+from groupops.controller.names import ANNOTATION_APPROVE
+from groupops.controller.publish import moves_between, normalized
+from groupops.controller.render_plan import ObservedPlan
+from groupops.controller.spec import PolicySpec
+from groupops.lag import LagSnapshot
+from groupops.model import TopicPartition
+from groupops.planner.plan_format import PublishedPlan
+from groupops.planner.target import TargetRequest, compute_target, rebalance_trigger, stats_of
+
+__all__ = ["Decision", "assignment_from_status", "assignment_to_status", "decide", "seconds_since"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decision:
+    """What the plan step decided. `target`: where partitions should end up (None: keep the
+    published plan); `shown`: the assignment status reports; `proposal`: status.proposal."""
+
+    target: dict[str, tuple[TopicPartition, ...]] | None
+    members: frozenset[str]
+    shown: dict[str, tuple[TopicPartition, ...]]
+    trigger: str | None
+    moves: int
+    max_lag_before: float | None
+    max_lag_after: float
+    imbalance: float
+    proposal: dict[str, Any] | None = None
+    approved: bool = False
+    waiting: str | None = None  # "DryRun" / "AwaitingApproval" / None
+    published: bool = False
+
+
+def decide(  # noqa: PLR0917 - one call site, the reconcile's named steps
+    run: RunContext,
+    spec: PolicySpec,
+    snapshot: LagSnapshot,
+    topics: Mapping[str, int],
+    view: IdentityView,
+    observed: ObservedPlan | None,
+    previous: PublishedPlan,
+) -> Decision:
+    current = normalized(previous.plan.assignment)
+    request = TargetRequest(
+        strategy=spec.strategy.type,
+        topics=topics,
+        members=view.members,
+        published=current,
+        lags=snapshot.lags,
+        partition_racks=getattr(snapshot, "partition_racks", None) or {},
+        max_moves=spec.rebalance.max_moves,
+        failback=spec.strategy.failback,
+        epoch=previous.epoch or None,
+    )
+    target = compute_target(request)
+    before = stats_of(request, current) if observed is not None else None
+    members = frozenset(identity.name for identity in view.members)
+    trigger = rebalance_trigger(
+        published=current if observed is not None else None,
+        published_members=observed.members if observed is not None else None,
+        published_generation=observed.generation if observed is not None else None,
+        generation=run.policy.generation,
+        members=members,
+        topics=topics,
+        imbalance=before["imbalance"] if before else 0.0,
+        # failover puts everything on one replica by design: its imbalance is no reason to move
+        imbalance_threshold=math.inf
+        if spec.strategy.type == "failover"
+        else spec.rebalance.imbalance_threshold,
+        seconds_since_rebalance=seconds_since(run.status.get("lastRebalance"), run.now),
+        interval_seconds=spec.rebalance.interval_seconds,
+    )
+    everyone = sorted(view.identities_by_ordinal.values())
+    wanted: Mapping[Any, Sequence[TopicPartition]] = target.assignment if trigger is not None else current
+    entries = {
+        identity: tuple(sorted(wanted.get(identity, ()))) if identity in members else ()
+        for identity in everyone
+    }
+    moves = moves_between(current, entries, among=members) if observed is not None else 0
+    after = stats_of(request, entries)
+    keep = Decision(
+        target=entries,
+        members=members,
+        shown=current,
+        trigger=trigger.value if trigger else None,
+        moves=moves,
+        max_lag_before=before["max_member_lag"] if before else None,
+        max_lag_after=after["max_member_lag"],
+        imbalance=before["imbalance"] if before else after["imbalance"],
+    )
+    if spec.dry_run:
+        return replace(keep, target=None, shown=entries, imbalance=after["imbalance"], waiting="DryRun")
+    if spec.rebalance.approval == "manual" and observed is not None and moves > 0:
+        return _manual(run, keep, entries)
+    return keep
+
+
+def _manual(run: RunContext, keep: Decision, entries: dict[str, tuple[TopicPartition, ...]]) -> Decision:
+    """approval: manual. A standing proposal for the same identities and generation is kept (lag
+    moves would otherwise rewrite it every tick); the annotation `groupops.dev/approve: "true"`
+    makes it the target, and is then removed."""
+    standing = run.status.get("proposal") or {}
+    standing_assignment = assignment_from_status(standing.get("assignment"))
+    if (
+        standing_assignment is not None
+        and set(standing_assignment) == set(entries)
+        and standing.get("generation") == run.policy.generation
+    ):
+        proposed = standing_assignment
+        proposal = dict(standing)
+    else:
+        proposed = entries
+        proposal = {
+            "generation": run.policy.generation,
+            "trigger": keep.trigger,
+            "moves": keep.moves,
+            "maxMemberLagBefore": round(float(keep.max_lag_before or 0.0), 3),
+            "maxMemberLagAfter": round(float(keep.max_lag_after), 3),
+            "createdAt": iso(run.now),
+            "assignment": assignment_to_status(entries),
+        }
+    approved = (run.body.get("metadata", {}).get("annotations") or {}).get(ANNOTATION_APPROVE) == "true"
+    if approved:
+        return replace(keep, target=proposed, approved=True)
+    return replace(keep, target=None, proposal=proposal, waiting="AwaitingApproval")
+
+
+def seconds_since(stamp: Any, now: datetime) -> float | None:
+    if not isinstance(stamp, str):
+        return None
+    try:
+        then = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    return (now - then).total_seconds()
+
+
+def assignment_to_status(assignment: Mapping[str, tuple[TopicPartition, ...]]) -> dict[str, list[str]]:
+    return {identity: [str(tp) for tp in sorted(tps)] for identity, tps in sorted(assignment.items())}
+
+
+def assignment_from_status(raw: Any) -> dict[str, tuple[TopicPartition, ...]] | None:
+    if not isinstance(raw, Mapping):
+        return None
+    result: dict[str, tuple[TopicPartition, ...]] = {}
+    try:
+        for identity, items in raw.items():
+            parsed = []
+            for item in items:
+                topic, _, partition = str(item).rpartition("-")  # the partition is the last "-<digits>"
+                parsed.append(TopicPartition(topic, int(partition)))
+            result[str(identity)] = tuple(sorted(parsed))
+    except (TypeError, ValueError):
+        return None
+    return result

@@ -1,0 +1,208 @@
+"""Who runs and who takes part: replica slots, pods, Leases -> the identity view of one reconcile.
+
+Pure (the clock is an argument). The reconcile reads pods and Leases, then asks `identity_view`:
+
+1. slots: replicas 0..n-1, identity `<groupId>-<i>`, zone `zones[i % len(zones)]` when rack-aware;
+2. liveness of each identity from its Lease, judged by the operator's own clock since it last saw
+   the Lease change (`LeaseClock`, as leader election does: clocks of two machines are never
+   compared): `live` (held and changed within the lease duration), `expired` (held, silent longer),
+   `absent` (no Lease, or nobody ever took it: the pod has not started its consumer);
+3. draining: identities whose partitions must be handed away before their pod goes: every pod at
+   ordinal >= n (scale-down removes the highest ordinals), and during a template change the one
+   stale pod with the lowest ordinal (pods are replaced one at a time);
+4. members (take part in the plan): slots not draining and not expired; when at least one of them
+   is live, only the live ones (a replica joins the plan when its consumer runs, as a Kafka member
+   joins when it polls); when none is live yet (a new policy, or no node runs the pods), all of
+   them, so the first plan is ready when they start;
+5. releasable: draining identities that own nothing any more: the published plan gives them no
+   partition and waits for no release from them, and their Lease is not live or reports no
+   partition owned.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from groupops.controller.names import LABEL_ORDINAL, LABEL_TEMPLATE_HASH
+from groupops.planner.target import Identity, default_priority
+from groupops.planner.wire import LeaseNote, PlanFormatError, decode_lease_note, identity_name
+
+__all__ = [
+    "IdentityView",
+    "LeaseClock",
+    "LeaseState",
+    "PodView",
+    "identity_view",
+    "pod_ordinals",
+    "pod_ready",
+]
+
+
+class LeaseClock:
+    """Remembers, per Lease, when this process last saw it change (monotonic seconds).
+
+    A Lease seen for the first time counts as changed now: after an operator restart every holder
+    gets one full lease duration before it can be judged expired.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[str, float]] = {}
+
+    def observe(self, name: str, version: str, now: float | None = None) -> float:
+        """Record the Lease's current version (renewTime or resourceVersion); return when it last
+        changed."""
+        moment = time.monotonic() if now is None else now
+        previous = self._seen.get(name)
+        if previous is None or previous[0] != version:
+            self._seen[name] = (version, moment)
+            return moment
+        return previous[1]
+
+    def forget(self, name: str) -> None:
+        self._seen.pop(name, None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseState:
+    identity: str
+    held: bool
+    live: bool
+    note: LeaseNote
+
+    @property
+    def expired(self) -> bool:
+        return self.held and not self.live
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodView:
+    name: str
+    ordinal: int
+    template_hash: str
+    ready: bool
+    terminating: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IdentityView:
+    slots: tuple[tuple[int, str, str | None], ...]
+    pods: Mapping[int, PodView]
+    leases: Mapping[str, LeaseState]
+    draining: frozenset[str]
+    members: tuple[Identity, ...]
+    releasable: frozenset[str]
+    identities_by_ordinal: Mapping[int, str] = field(default_factory=dict)
+
+    @property
+    def ready(self) -> int:
+        return sum(1 for pod in self.pods.values() if pod.ready and not pod.terminating)
+
+
+def pod_ready(pod: Mapping[str, Any]) -> bool:
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return bool(condition.get("status") == "True")
+    return False
+
+
+def _pod_views(pods: Iterable[Mapping[str, Any]]) -> dict[int, PodView]:
+    views: dict[int, PodView] = {}
+    for pod in pods:
+        meta = pod.get("metadata", {})
+        labels = meta.get("labels") or {}
+        raw = labels.get(LABEL_ORDINAL, "")
+        if not str(raw).isdigit():
+            continue  # not one of ours (a label was removed by hand): left alone
+        views[int(raw)] = PodView(
+            name=str(meta.get("name")),
+            ordinal=int(raw),
+            template_hash=str(labels.get(LABEL_TEMPLATE_HASH, "")),
+            ready=pod_ready(pod),
+            terminating=meta.get("deletionTimestamp") is not None,
+        )
+    return views
+
+
+def pod_ordinals(pods: Iterable[Mapping[str, Any]]) -> set[int]:
+    return set(_pod_views(pods))
+
+
+def lease_state(
+    identity: str, lease: Mapping[str, Any] | None, *, clock: LeaseClock, now: float, duration: float
+) -> LeaseState:
+    if lease is None:
+        return LeaseState(
+            identity=identity, held=False, live=False, note=LeaseNote(epoch=None, partitions=())
+        )
+    spec = lease.get("spec") or {}
+    meta = lease.get("metadata") or {}
+    held = bool(spec.get("holderIdentity"))
+    version = str(spec.get("renewTime") or meta.get("resourceVersion") or "")
+    changed_at = clock.observe(str(meta.get("name")), version, now)
+    seconds = float(spec.get("leaseDurationSeconds") or duration)
+    try:
+        note = decode_lease_note(meta.get("annotations") or {})
+    except PlanFormatError:
+        note = LeaseNote(epoch=None, partitions=())
+    return LeaseState(identity=identity, held=held, live=held and now - changed_at <= seconds, note=note)
+
+
+def identity_view(
+    *,
+    group_id: str,
+    replicas: int,
+    zones: Sequence[str],
+    priorities: Mapping[str, int],
+    template_hash: str,
+    pods: Iterable[Mapping[str, Any]],
+    leases: Mapping[str, Mapping[str, Any] | None],
+    published: Mapping[Any, Sequence[Any]] | None,
+    releasing_from: frozenset[str] = frozenset(),
+    clock: LeaseClock,
+    now: float,
+    lease_duration: float,
+) -> IdentityView:
+    """See the module docstring; `leases` maps identity -> its Lease object (or None)."""
+    views = _pod_views(pods)
+    slots = tuple(
+        (i, identity_name(group_id, i), zones[i % len(zones)] if zones else None) for i in range(replicas)
+    )
+    ordinals = sorted(set(range(replicas)) | set(views))
+    names = {i: identity_name(group_id, i) for i in ordinals}
+    states = {
+        names[i]: lease_state(names[i], leases.get(names[i]), clock=clock, now=now, duration=lease_duration)
+        for i in ordinals
+    }
+    draining = {names[i] for i in views if i >= replicas}
+    stale = sorted(i for i, pod in views.items() if i < replicas and pod.template_hash != template_hash)
+    if stale and not any(views[i].terminating for i in views if i < replicas):
+        draining.add(names[stale[0]])
+    candidates = [
+        (i, name, zone) for i, name, zone in slots if name not in draining and not states[name].expired
+    ]
+    if any(states[name].live for _, name, _ in candidates):
+        candidates = [(i, name, zone) for i, name, zone in candidates if states[name].live]
+    members = tuple(
+        Identity(name=name, ordinal=i, priority=priorities.get(name, default_priority(i)), rack=zone)
+        for i, name, zone in candidates
+    )
+    plan = published or {}
+    releasable = frozenset(
+        name
+        for name in draining
+        if not plan.get(name)
+        and name not in releasing_from
+        and (not states[name].live or not states[name].note.partitions)
+    )
+    return IdentityView(
+        slots=slots,
+        pods=views,
+        leases=states,
+        draining=frozenset(draining),
+        members=members,
+        releasable=releasable,
+        identities_by_ordinal=names,
+    )

@@ -1,0 +1,87 @@
+"""The operator's Prometheus metrics (prometheus-client), on their own registry.
+
+Every series carries `namespace` and `policy`. Served by `serve` on the metrics port.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+__all__ = ["Metrics"]
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        labels = ("namespace", "policy")
+        self.member_lag = Gauge(
+            "groupops_member_lag",
+            "Lag of the partitions a member owns in the published plan.",
+            (*labels, "identity"),
+            registry=self.registry,
+        )
+        self.total_lag = Gauge(
+            "groupops_total_lag", "Total lag of the group.", labels, registry=self.registry
+        )
+        self.imbalance = Gauge(
+            "groupops_imbalance",
+            "Max member lag over its lower bound (1.0 is perfect).",
+            labels,
+            registry=self.registry,
+        )
+        self.epoch = Gauge(
+            "groupops_plan_epoch", "Epoch of the published plan.", labels, registry=self.registry
+        )
+        self.rebalances = Counter(
+            "groupops_rebalances",
+            "Plans published, by trigger.",
+            (*labels, "trigger"),
+            registry=self.registry,
+        )
+        self.moves = Counter(
+            "groupops_partition_moves",
+            "Partitions moved between members by published plans.",
+            labels,
+            registry=self.registry,
+        )
+        self.reconcile_seconds = Histogram(
+            "groupops_reconcile_duration_seconds",
+            "Duration of one reconcile.",
+            labels,
+            registry=self.registry,
+        )
+        self.handoff_seconds = Histogram(
+            "groupops_handoff_duration_seconds",
+            "From a partition leaving its owner's set to its release settling (acknowledged or fenced).",
+            labels,
+            buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300),
+            registry=self.registry,
+        )
+        self.errors = Counter(
+            "groupops_reconcile_errors",
+            "Failed reconciles, by reason.",
+            (*labels, "reason"),
+            registry=self.registry,
+        )
+
+    def record_members(self, namespace: str, policy: str, lag_by_identity: Mapping[str, int]) -> None:
+        for identity, lag in lag_by_identity.items():
+            self.member_lag.labels(namespace, policy, identity).set(lag)
+
+    def forget(self, namespace: str, policy: str) -> None:
+        """Drop a deleted policy's series (its identities are found from the member gauge)."""
+        for metric in (self.total_lag, self.imbalance, self.epoch):
+            with contextlib.suppress(KeyError):
+                metric.remove(namespace, policy)
+        for sample_labels in [
+            tuple(labels)
+            for labels in list(self.member_lag._metrics)
+            if labels[0] == namespace and labels[1] == policy
+        ]:
+            self.member_lag.remove(*sample_labels)
+
+    def serve(self, host: str, port: int) -> None:
+        start_http_server(port, addr=host, registry=self.registry)

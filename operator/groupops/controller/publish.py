@@ -1,0 +1,110 @@
+"""From the target assignment to the next plan to publish: the controller's side of the handoff.
+
+The planner gives a target (where every partition should end up). What may be published now
+depends on who still owns what, which `groupops.planner.handoff.next_plan` decides (two epochs:
+a partition leaves its owner's set, and enters the new owner's only after the old owner
+acknowledged that epoch on its Lease or was fenced). This module prepares its inputs from what
+the reconcile observed and calls it; the only I/O, fencing a Lease with compare-and-swap, is a
+callable the reconcile passes in.
+
+Who is judged expired (and fenced through the previous epoch when it may hold something):
+1. a held Lease not renewed within its duration, by the operator's own clock (`LeaseClock`);
+2. a Lease nobody ever took (the pod's consumer never started, e.g. no node runs it) whose
+   identity still has to give partitions up: it is the source of a pending release, or it takes
+   no part any more but keeps a non-empty set. Fencing it by compare-and-swap is safe: a consumer
+   that takes the Lease afterwards sees the fence and applies only newer plans. Identities that
+   never started and keep their sets are not fenced (they would only force empty epochs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from groupops.controller.identities import LeaseState
+from groupops.model import MemberId, Plan, TopicPartition
+from groupops.planner.handoff import HandoffResult, MemberState, identities_to_fence, next_plan
+from groupops.planner.plan_format import PublishedPlan, lease_record
+from groupops.planner.wire import PlanFormatError
+
+__all__ = ["Fence", "floor_plan", "judged_expired", "member_states", "moves_between", "normalized", "step"]
+
+Assignment = Mapping[str, Sequence[TopicPartition]]
+Fence = Callable[[str, int], bool]
+"""fence(identity, epoch) -> True when the Lease now says released-through `epoch`; False when
+the compare-and-swap lost (the consumer renewed: it is alive after all)."""
+
+
+def normalized(assignment: Mapping[Any, Iterable[TopicPartition]]) -> dict[str, tuple[TopicPartition, ...]]:
+    return {str(identity): tuple(sorted(partitions)) for identity, partitions in assignment.items()}
+
+
+def floor_plan(strategy: str, epoch: int) -> PublishedPlan:
+    """The plan to continue from when the ConfigMap is gone or unreadable: nobody owns anything
+    at the highest epoch known (status), so the next epoch still goes forward."""
+    return PublishedPlan(plan=Plan(epoch=epoch, strategy=strategy, assignment={}))
+
+
+def member_states(leases: Mapping[str, Mapping[str, object] | None]) -> dict[MemberId, MemberState]:
+    """The handoff's reading of each identity's Lease (a malformed report reads as none)."""
+    states: dict[MemberId, MemberState] = {}
+    for identity, lease in leases.items():
+        if lease is None:
+            continue
+        meta = lease.get("metadata")
+        annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+        try:
+            record = lease_record(annotations if isinstance(annotations, Mapping) else None)
+        except PlanFormatError:
+            continue
+        states[MemberId(identity)] = MemberState.from_record(record)
+    return states
+
+
+def judged_expired(
+    previous: PublishedPlan, leases: Mapping[str, LeaseState], members: frozenset[str]
+) -> list[MemberId]:
+    """See the module docstring."""
+    releasing_from = {release.identity for release in previous.releasing.values()}
+    judged: list[MemberId] = []
+    for identity, state in sorted(leases.items()):
+        if state.expired or (
+            not state.held
+            and (
+                identity in releasing_from
+                or (identity not in members and previous.plan.assignment.get(MemberId(identity)))
+            )
+        ):
+            judged.append(MemberId(identity))
+    return judged
+
+
+def step(
+    previous: PublishedPlan,
+    target: Mapping[str, Sequence[TopicPartition]],
+    *,
+    leases: Mapping[str, LeaseState],
+    lease_objects: Mapping[str, Mapping[str, object] | None],
+    members: frozenset[str],
+    strategy: str,
+    now: float,
+    fence: Fence,
+) -> HandoffResult:
+    """Fence who must be fenced, then ask the handoff for the next plan towards `target`."""
+    states = member_states(lease_objects)
+    candidates = identities_to_fence(previous, states, judged_expired(previous, leases, members))
+    fenced = [identity for identity in candidates if fence(identity, previous.epoch)]
+    typed_target = {MemberId(identity): tuple(tps) for identity, tps in target.items()}
+    return next_plan(previous, typed_target, states, expired=fenced, strategy=strategy, now=now)
+
+
+def moves_between(before: Assignment, after: Assignment, *, among: frozenset[str] | None = None) -> int:
+    """Partitions whose owner in `before` (restricted to `among` when given) differs in `after`."""
+    owner_after = {tp: identity for identity, tps in after.items() for tp in tps}
+    return sum(
+        1
+        for identity, tps in before.items()
+        if among is None or identity in among
+        for tp in tps
+        if owner_after.get(tp) != identity
+    )

@@ -1,0 +1,418 @@
+"""One level-based reconcile of one policy: observe, plan, apply in named steps, report.
+
+Called by every kopf handler (create, update, resume, timer); the handlers only translate the
+outcome. Steps, in order (each step hands "desired or none" to `apply.apply`):
+
+    spec          parse and validate (bad spec: Ready=False InvalidSpec + Event, nothing touched)
+    observe       plan ConfigMap, pods, Leases, the auth Secret
+    lag           read the policy's lag source (down: Degraded, the last plan stays)
+    identities    slots, liveness, draining, members (`identities.identity_view`)
+    plan          target (planner) -> trigger? -> handoff step -> manual approval / dry run
+    account       ServiceAccount, Role, RoleBinding of the consumers
+    leases        one Lease per identity
+    publish       plan ConfigMap `<policy>-plan` with the next epoch (only when the plan changed)
+    pods          create missing pods; delete drained ones (scale-down, template rollout)
+    status        conditions and figures, patched only when they changed; an Event per rebalance
+
+Failures end the run with `ReconcileFailure` after status and Event are written: `transient` ones
+are retried by the handler with backoff, the others wait for the spec to change.
+Epochs never go back: the next epoch is 1 + the highest of the ConfigMap's and status' epochs, and
+the ConfigMap is replaced only with the resourceVersion it was read at.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from groupops.controller import render_pods, render_rbac
+from groupops.controller.apply import apply
+from groupops.controller.context import (
+    Deps,
+    PolicyLog,
+    PolicyMemory,
+    ReconcileFailure,
+    ReconcileResult,
+    RunContext,
+)
+from groupops.controller.decide import Decision, decide
+from groupops.controller.identities import IdentityView, identity_view, pod_ordinals
+from groupops.controller.kube import Conflict, KubeError, NotFound, Rejected
+from groupops.controller.names import (
+    ANNOTATION_APPROVE,
+    API_GROUP,
+    API_VERSION,
+    KIND,
+    identity_name,
+    lease_name,
+    owned_selector,
+    plan_configmap_name,
+    pod_name,
+)
+from groupops.controller.publish import floor_plan, normalized, step
+from groupops.controller.render_common import PolicyRef
+from groupops.controller.render_plan import (
+    ObservedPlan,
+    configmap_epoch,
+    read_plan_configmap,
+    render_plan_configmap,
+)
+from groupops.controller.report import fail, write_status
+from groupops.controller.spec import PolicySpec, SpecError, parse_policy
+from groupops.lag import (
+    LagAuthorizationError,
+    LagError,
+    LagSnapshot,
+    LagSourceConfigError,
+    LagSourceUnavailable,
+    UnknownTopicError,
+)
+from groupops.lag.registry import SourceContext, build_lag_source
+from groupops.planner.handoff import HandoffError, HandoffResult
+from groupops.planner.plan_format import PublishedPlan, fence_annotations
+
+__all__ = ["Deps", "PolicyMemory", "ReconcileFailure", "ReconcileResult", "reconcile"]
+
+log = logging.getLogger(__name__)
+
+
+def reconcile(body: Mapping[str, Any], deps: Deps, memory: PolicyMemory) -> ReconcileResult:
+    """Run every step once for the policy `body` (the full resource as last seen)."""
+    policy = PolicyRef.from_body(body)
+    spec_obj = body.get("spec") or {}
+    adapter = PolicyLog(
+        log, {"policy": f"{policy.namespace}/{policy.name}", "group": spec_obj.get("groupId", "?")}
+    )
+    run = RunContext(policy=policy, body=body, deps=deps, memory=memory, now=deps.wall_clock(), log=adapter)
+    started = time.monotonic()
+    try:
+        return _reconcile(run)
+    except ReconcileFailure as failure:
+        deps.metrics.errors.labels(policy.namespace, policy.name, failure.reason).inc()
+        raise
+    finally:
+        deps.metrics.reconcile_seconds.labels(policy.namespace, policy.name).observe(
+            time.monotonic() - started
+        )
+
+
+def _reconcile(run: RunContext) -> ReconcileResult:
+    # -- spec ------------------------------------------------------------------------------------
+    try:
+        spec = parse_policy(run.body.get("spec"))
+    except SpecError as e:
+        fail(run, "InvalidSpec", str(e), transient=False)
+    client = run.deps.client
+    ns = run.policy.namespace
+
+    # -- observe ---------------------------------------------------------------------------------
+    try:
+        configmap = client.get("v1", "ConfigMap", ns, plan_configmap_name(run.policy.name))
+        pods = client.list("v1", "Pod", ns, label_selector=owned_selector(run.policy.name))
+        lease_objects = {
+            lease["metadata"]["name"]: lease
+            for lease in client.list(
+                "coordination.k8s.io/v1", "Lease", ns, label_selector=owned_selector(run.policy.name)
+            )
+        }
+        client_config = _auth_config(run, spec)
+    except KubeError as e:
+        fail(run, "KubernetesUnavailable", str(e), transient=True)
+    observed = read_plan_configmap(configmap)
+    epoch_floor = max(configmap_epoch(configmap), int(run.status.get("epoch") or 0))
+    if observed is not None and observed.published.epoch >= epoch_floor:
+        previous = observed.published
+    else:
+        observed = None
+        previous = floor_plan(spec.strategy.type, epoch_floor)
+
+    # -- lag -------------------------------------------------------------------------------------
+    snapshot = _read_lag(run, spec, client_config, has_plan=observed is not None)
+    topics = {topic: len(snapshot.lags[topic]) for topic in spec.topics}
+    replicas = (
+        spec.consumers.autoscale.replicas_for(snapshot.total())
+        if spec.consumers.autoscale
+        else spec.consumers.replicas
+    )
+
+    # -- identities ------------------------------------------------------------------------------
+    settings = run.deps.settings
+    lease_seconds = settings.reconcile.lease_duration_seconds
+    current_hash = render_pods.template_hash(run.policy, spec, settings.consumer, lease_seconds)
+    group_id = spec.group_id
+    ordinals = set(range(replicas)) | pod_ordinals(pods)
+    identity_of_lease = {
+        lease_name(run.policy.name, identity_name(group_id, i)): identity_name(group_id, i) for i in ordinals
+    }
+    leases_by_identity: dict[str, Mapping[str, Any] | None] = {
+        identity_of_lease[name]: obj for name, obj in lease_objects.items() if name in identity_of_lease
+    }
+
+    def view_of(plan: PublishedPlan) -> IdentityView:
+        return identity_view(
+            group_id=group_id,
+            replicas=replicas,
+            zones=spec.consumers.zones,
+            priorities=spec.consumers.priorities,
+            template_hash=current_hash,
+            pods=pods,
+            leases=leases_by_identity,
+            published=plan.plan.assignment,
+            releasing_from=frozenset(release.identity for release in plan.releasing.values()),
+            clock=run.memory.clock,
+            now=time.monotonic(),
+            lease_duration=lease_seconds,
+        )
+
+    view = view_of(previous)
+
+    # -- plan ------------------------------------------------------------------------------------
+    decision = decide(run, spec, snapshot, topics, view, observed, previous)
+    if spec.dry_run:
+        write_status(run, spec, snapshot, view, decision, epoch=previous.epoch, replicas=replicas)
+        return ReconcileResult(
+            epoch=previous.epoch, published=False, trigger=decision.trigger, status_written=True
+        )
+
+    # -- apply -----------------------------------------------------------------------------------
+    try:
+        _apply_account(run, view)
+        _apply_leases(run, view, lease_objects, lease_seconds)
+        result = _handoff(run, spec, decision, previous, view, leases_by_identity)
+        now_plan = _publish(run, decision, result, configmap, observed)
+        view = view_of(now_plan)
+        _apply_pods(run, spec, view, lease_objects, lease_seconds)
+    except Rejected as e:
+        fail(run, "ObjectRejected", str(e), transient=False, degraded=True)
+    except KubeError as e:
+        fail(run, "KubernetesUnavailable", str(e), transient=True, degraded=True)
+    shown = replace(decision, shown=normalized(now_plan.plan.assignment), published=now_plan is not previous)
+    written = write_status(run, spec, snapshot, view, shown, epoch=now_plan.epoch, replicas=replicas)
+    return ReconcileResult(
+        epoch=now_plan.epoch,
+        published=now_plan.epoch != previous.epoch,
+        trigger=decision.trigger,
+        status_written=written,
+    )
+
+
+# -- steps ---------------------------------------------------------------------------------------
+
+
+def _auth_config(run: RunContext, spec: PolicySpec) -> dict[str, str]:
+    """The librdkafka properties of the auth Secret (for the operator's own lag reads)."""
+    if not spec.kafka.auth_secret:
+        return {}
+    secret = run.deps.client.get("v1", "Secret", run.policy.namespace, spec.kafka.auth_secret)
+    if secret is None:
+        fail(
+            run,
+            "AuthSecretMissing",
+            f"Secret {spec.kafka.auth_secret!r} (spec.kafka.authSecretRef.name) not found in namespace "
+            f"{run.policy.namespace!r}",
+            transient=True,
+        )
+    data = secret.get("data") or {}
+    return {key: base64.b64decode(value).decode("utf-8", "replace") for key, value in data.items()}
+
+
+def _read_lag(
+    run: RunContext, spec: PolicySpec, client_config: Mapping[str, str], *, has_plan: bool
+) -> LagSnapshot:
+    context = SourceContext(
+        bootstrap_servers=spec.kafka.bootstrap_servers,
+        client_config={**spec.kafka.properties, **client_config},
+        auto_offset_reset=spec.strategy.auto_offset_reset,
+        timeout_seconds=run.deps.settings.reconcile.lag_timeout_seconds,
+    )
+    try:
+        source = build_lag_source(spec.lag_source.type, spec.lag_source.settings, context)
+        try:
+            return source.read(spec.group_id, list(spec.topics))
+        finally:
+            source.close()
+    except UnknownTopicError as e:
+        fail(run, "TopicNotFound", str(e), transient=True)
+    except LagAuthorizationError as e:
+        fail(run, "LagSourceUnauthorized", str(e), transient=True)
+    except LagSourceConfigError as e:
+        fail(run, "LagSourceInvalid", str(e), transient=False)
+    except LagSourceUnavailable as e:
+        fail(run, "LagSourceUnavailable", str(e), transient=True, degraded=has_plan)
+    except LagError as e:
+        fail(run, "LagSourceFailed", str(e), transient=True, degraded=has_plan)
+
+
+def _handoff(  # noqa: PLR0917
+    run: RunContext,
+    spec: PolicySpec,
+    decision: Decision,
+    previous: PublishedPlan,
+    view: IdentityView,
+    leases: Mapping[str, Mapping[str, Any] | None],
+) -> HandoffResult | None:
+    """The handoff step towards the decided target (None: keep the plan as it is)."""
+    if decision.target is None:
+        return None
+
+    def fence(identity: str, epoch: int) -> bool:
+        lease = leases.get(identity)
+        if lease is None:
+            return False
+        meta = lease["metadata"]
+        try:
+            run.deps.client.patch(
+                "coordination.k8s.io/v1",
+                "Lease",
+                run.policy.namespace,
+                meta["name"],
+                {
+                    "metadata": {
+                        "resourceVersion": meta["resourceVersion"],
+                        "annotations": fence_annotations(epoch),
+                    }
+                },
+            )
+        except (Conflict, NotFound):
+            return False
+        run.log.info("fenced %s through epoch %d (Lease expired or never taken)", identity, epoch)
+        return True
+
+    try:
+        return step(
+            previous,
+            decision.target,
+            leases=view.leases,
+            lease_objects=leases,
+            members=decision.members,
+            strategy=spec.strategy.type,
+            now=run.now.timestamp(),
+            fence=fence,
+        )
+    except HandoffError as e:  # a strategy broke its contract: a bug, reported, never published
+        fail(run, "PlanInvalid", str(e), transient=False, degraded=True)
+
+
+def _publish(
+    run: RunContext,
+    decision: Decision,
+    result: HandoffResult | None,
+    configmap: Mapping[str, Any] | None,
+    observed: ObservedPlan | None,
+) -> PublishedPlan:
+    """Write the next plan when the handoff changed it (or when only the taking-part identities
+    changed: same epoch, new note). Returns the plan the consumers now follow."""
+    if result is None:
+        assert observed is not None or configmap is None
+        return observed.published if observed is not None else floor_plan("", configmap_epoch(configmap))
+    metrics, ns, name = run.deps.metrics, run.policy.namespace, run.policy.name
+    for move in result.completed:
+        metrics.handoff_seconds.labels(ns, name).observe(move.duration_s)
+    same_note = (
+        observed is not None
+        and observed.members == decision.members
+        and observed.generation == run.policy.generation
+    )
+    if not result.changed and same_note:
+        return result.published
+    desired = render_plan_configmap(
+        run.policy, result.published, generation=run.policy.generation, members=decision.members
+    )
+    apply(run.deps.client, desired, configmap, log=run.log)
+    if not result.changed:
+        return result.published
+    epoch = result.published.epoch
+    metrics.rebalances.labels(ns, name, decision.trigger or "Handoff").inc()
+    metrics.moves.labels(ns, name).inc(decision.moves)
+    before = "-" if decision.max_lag_before is None else f"{decision.max_lag_before:,.0f}"
+    waiting = f", {len(result.waiting)} partitions waiting for release" if result.waiting else ""
+    run.event(
+        "Normal",
+        "Rebalanced",
+        f"epoch {epoch} ({'approved proposal' if decision.approved else decision.trigger or 'handoff'}): "
+        f"{decision.moves} moves, max member lag {decision.max_lag_after:,.0f} (was {before}){waiting}",
+    )
+    run.log.info("published plan epoch %d (%s)%s", epoch, decision.trigger or "handoff", waiting)
+    if decision.approved:
+        _clear_approval(run)
+    return result.published
+
+
+def _apply_account(run: RunContext, view: IdentityView) -> None:
+    client, ns = run.deps.client, run.policy.namespace
+    account = render_rbac.render_service_account(run.policy)
+    identities = sorted(view.identities_by_ordinal.values())
+    role = render_rbac.render_role(run.policy, [lease_name(run.policy.name, i) for i in identities])
+    binding = render_rbac.render_role_binding(run.policy)
+    for desired in (account, role, binding):
+        existing = client.get(desired["apiVersion"], desired["kind"], ns, desired["metadata"]["name"])
+        apply(client, desired, existing, log=run.log)
+
+
+def _apply_leases(
+    run: RunContext, view: IdentityView, lease_objects: Mapping[str, Any], lease_seconds: int
+) -> None:
+    """One Lease per identity with a slot or a pod; Leases of identities that have neither (left
+    behind by a run that stopped between deleting a pod and its Lease) go."""
+    wanted = {
+        lease_name(run.policy.name, identity): identity for identity in view.identities_by_ordinal.values()
+    }
+    for name, identity in sorted(wanted.items()):
+        desired = render_pods.render_lease(run.policy, identity, lease_seconds=lease_seconds)
+        apply(run.deps.client, desired, lease_objects.get(name), log=run.log)
+    for name, lease in sorted(lease_objects.items()):
+        if name not in wanted:
+            apply(run.deps.client, None, lease, log=run.log)
+            run.memory.clock.forget(name)
+
+
+def _clear_approval(run: RunContext) -> None:
+    run.deps.client.patch(
+        f"{API_GROUP}/{API_VERSION}",
+        KIND,
+        run.policy.namespace,
+        run.policy.name,
+        {"metadata": {"annotations": {ANNOTATION_APPROVE: None}}},
+    )
+
+
+def _apply_pods(
+    run: RunContext,
+    spec: PolicySpec,
+    view: IdentityView,
+    lease_objects: Mapping[str, Any],
+    lease_seconds: int,
+) -> None:
+    client, ns, settings = run.deps.client, run.policy.namespace, run.deps.settings
+    for ordinal, identity, zone in view.slots:
+        pod = view.pods.get(ordinal)
+        if pod is not None:
+            continue
+        slot = render_pods.Slot(ordinal=ordinal, identity=identity, zone=zone)
+        desired = render_pods.render_pod(
+            run.policy, spec, slot, settings=settings.consumer, lease_seconds=lease_seconds
+        )
+        apply(client, desired, None, log=run.log)
+    for ordinal, pod in sorted(view.pods.items()):
+        identity = view.identities_by_ordinal[ordinal]
+        if identity not in view.releasable or pod.terminating:
+            continue
+        apply(
+            client,
+            None,
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod.name, "namespace": ns}},
+            log=run.log,
+        )
+        if ordinal >= len(view.slots):  # scaled away: its Lease goes too
+            name = lease_name(run.policy.name, identity)
+            if name in lease_objects:
+                apply(client, None, lease_objects[name], log=run.log)
+            run.memory.clock.forget(name)
+        run.log.info("handed away and removed %s (%s)", pod_name(run.policy.name, ordinal), identity)
+
+
+# -- status --------------------------------------------------------------------------------------

@@ -1,0 +1,192 @@
+"""Status in one place for a reconcile run: the status object, the conditions' Events, and the
+failure report (status kept, conditions set, Event posted, then `ReconcileFailure`).
+
+Status is patched only when an owned field really changed (`status.status_patch`); an Event is
+posted when Ready or Degraded changes status or reason, and by the publish step per rebalance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NoReturn
+
+from groupops.controller.context import ReconcileFailure, RunContext, iso
+from groupops.controller.decide import Decision
+from groupops.controller.identities import IdentityView
+from groupops.controller.kube import KubeError
+from groupops.controller.names import ANNOTATION_APPROVE, API_GROUP, API_VERSION, KIND, pod_name
+from groupops.controller.spec import PolicySpec
+from groupops.controller.status import Condition, merge_conditions, status_patch
+from groupops.lag import LagSnapshot
+from groupops.model import TopicPartition
+
+__all__ = ["announce_transitions", "fail", "patch_status", "write_status"]
+
+
+def write_status(
+    run: RunContext,
+    spec: PolicySpec,
+    snapshot: LagSnapshot,
+    view: IdentityView,
+    decision: Decision,
+    *,
+    epoch: int,
+    replicas: int,
+) -> bool:
+    lag_of = {tp: snapshot.lags[tp.topic][tp.partition] for tp in all_partitions(snapshot)}
+    shown = decision.shown
+    members = []
+    lag_by_identity: dict[str, int] = {}
+    priorities = {identity.name: identity.priority for identity in view.members}
+    for ordinal in sorted(view.identities_by_ordinal):
+        identity = view.identities_by_ordinal[ordinal]
+        partitions = sorted(shown.get(identity, ()))
+        lag = sum(lag_of.get(tp, 0) for tp in partitions)
+        lag_by_identity[identity] = lag
+        zone = next((z for i, _, z in view.slots if i == ordinal), None)
+        entry: dict[str, Any] = {
+            "instanceId": identity,
+            "pod": pod_name(run.policy.name, ordinal),
+            "priority": priorities.get(identity, spec.consumers.priorities.get(identity, -(ordinal + 1))),
+            "state": member_state(view, ordinal, identity, bool(partitions)),
+            "partitions": [str(tp) for tp in partitions],
+            "lag": lag,
+        }
+        if zone:
+            entry["zone"] = zone
+        members.append(entry)
+    last = run.status.get("lastRebalance")
+    if decision.published and not spec.dry_run:
+        last = iso(run.now)
+    waiting = decision.waiting
+    conditions = [
+        Condition(
+            "Ready",
+            True,
+            "DryRun" if spec.dry_run else "Reconciled",
+            "dry run: the plan is computed and reported, never applied"
+            if spec.dry_run
+            else f"plan epoch {epoch} published for {replicas} replicas",
+        ),
+        Condition(
+            "PlanApplied",
+            waiting is None,
+            waiting or "Published",
+            {
+                "DryRun": "dry run: nothing is applied",
+                "AwaitingApproval": f"a proposal waits for the annotation {ANNOTATION_APPROVE}=true",
+            }.get(waiting or "", f"consumers follow epoch {epoch}"),
+        ),
+        Condition("Degraded", False, "AsExpected", ""),
+    ]
+    merged = merge_conditions(
+        run.status.get("conditions"), conditions, generation=run.policy.generation, now=iso(run.now)
+    )
+    desired = {
+        "observedGeneration": run.policy.generation,
+        "conditions": merged,
+        "strategy": spec.strategy.type,
+        "epoch": epoch,
+        "replicas": replicas,
+        "readyReplicas": view.ready,
+        "members": members,
+        "totalLag": snapshot.total(),
+        "maxMemberLag": round(float(max(lag_by_identity.values(), default=0)), 3),
+        "imbalance": round(float(decision.imbalance), 3),
+        "lastRebalance": last,
+        "proposal": decision.proposal,
+    }
+    metrics = run.deps.metrics
+    metrics.record_members(run.policy.namespace, run.policy.name, lag_by_identity)
+    metrics.total_lag.labels(run.policy.namespace, run.policy.name).set(snapshot.total())
+    metrics.imbalance.labels(run.policy.namespace, run.policy.name).set(decision.imbalance)
+    metrics.epoch.labels(run.policy.namespace, run.policy.name).set(epoch)
+    announce_transitions(run, merged)
+    return patch_status(run, desired)
+
+
+def member_state(view: IdentityView, ordinal: int, identity: str, has_partitions: bool) -> str:
+    if identity in view.draining:
+        return "Draining"
+    lease = view.leases.get(identity)
+    if lease is not None and lease.expired:
+        return "Expired"
+    pod = view.pods.get(ordinal)
+    if pod is None or pod.terminating or not pod.ready:
+        return "Pending"
+    return "Active" if has_partitions else "Standby"
+
+
+def all_partitions(snapshot: LagSnapshot) -> list[TopicPartition]:
+    return [TopicPartition(topic, p) for topic, lags in snapshot.lags.items() for p in range(len(lags))]
+
+
+def announce_transitions(run: RunContext, conditions: list[dict[str, Any]]) -> None:
+    """An Event when Ready or Degraded changes status or reason (a steady state posts nothing)."""
+    before = {c.get("type"): c for c in run.status.get("conditions") or []}
+    for condition in conditions:
+        if condition["type"] == "PlanApplied":
+            continue
+        old = before.get(condition["type"])
+        if old is not None and (old.get("status"), old.get("reason")) == (
+            condition["status"],
+            condition["reason"],
+        ):
+            continue
+        if old is None and condition["type"] == "Degraded" and condition["status"] == "False":
+            continue
+        bad = (condition["type"] == "Ready") == (condition["status"] == "False")
+        run.event(
+            "Warning" if bad else "Normal", condition["reason"], condition["message"] or condition["type"]
+        )
+
+
+def patch_status(run: RunContext, desired: Mapping[str, Any]) -> bool:
+    patch = status_patch(run.status, desired)
+    if patch is None:
+        return False
+    try:
+        run.deps.client.patch(
+            f"{API_GROUP}/{API_VERSION}",
+            KIND,
+            run.policy.namespace,
+            run.policy.name,
+            {"status": patch},
+            subresource="status",
+        )
+    except KubeError as e:
+        raise ReconcileFailure("StatusWriteFailed", str(e), transient=True) from e
+    return True
+
+
+def fail(run: RunContext, reason: str, message: str, *, transient: bool, degraded: bool = False) -> NoReturn:
+    """Report a failure in status (keeping every figure of the last good run) and raise."""
+    run.log.warning("%s: %s", reason, message)
+    status = run.status
+    if degraded:
+        conditions = [
+            Condition(
+                "Ready", True, "LastPlanRunning", f"the last good plan (epoch {status.get('epoch', 0)}) runs"
+            ),
+            Condition("PlanApplied", False, reason, message),
+            Condition("Degraded", True, reason, message),
+        ]
+    else:
+        conditions = [
+            Condition("Ready", False, reason, message),
+            Condition("PlanApplied", False, reason, message),
+            Condition("Degraded", False, "AsExpected", ""),
+        ]
+    desired = {key: status.get(key) for key in status}
+    desired["observedGeneration"] = run.policy.generation
+    merged = merge_conditions(
+        status.get("conditions"), conditions, generation=run.policy.generation, now=iso(run.now)
+    )
+    desired["conditions"] = merged
+    desired.setdefault("strategy", (run.body.get("spec") or {}).get("strategy", {}).get("type"))
+    announce_transitions(run, merged)
+    try:
+        patch_status(run, desired)
+    except ReconcileFailure:
+        run.log.warning("could not write the failure to status either")
+    raise ReconcileFailure(reason, message, transient=transient)

@@ -1,0 +1,80 @@
+"""The one factory from a policy's `lagSource.type` to a lag source.
+
+Contract for a source module: it exposes `from_spec(spec, context) -> LagSource`, where `spec` is
+the policy's `lagSource.<type>` object (may be empty) and `context` the `SourceContext` below;
+bad settings raise `LagSourceConfigError` naming the field. `kafka` (lag/kafka.py) and `forecast`
+(lag/forecast.py, the Spark pipeline's output) are imported when first asked for, so this module
+works while they are absent and the pure parts never pay for confluent-kafka at import.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from groupops.lag import burrow, prometheus, static
+from groupops.lag.base import LagSource, LagSourceConfigError
+
+__all__ = ["SOURCE_TYPES", "SourceContext", "SourceFactory", "build_lag_source"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SourceContext:
+    """What a source may need beyond its own spec.
+
+    bootstrap_servers / client_config: the policy's Kafka connection (client_config holds the
+    librdkafka properties from the auth Secret: never log it); auto_offset_reset: the lag rule for
+    partitions without a commit; timeout_seconds: the budget of one read.
+    """
+
+    bootstrap_servers: str
+    client_config: Mapping[str, str] = field(default_factory=dict)
+    auto_offset_reset: str = "latest"
+    timeout_seconds: float = 10.0
+
+    def __repr__(self) -> str:  # keep secrets out of logs and tracebacks
+        keys = len(self.client_config)
+        return f"SourceContext(bootstrap_servers={self.bootstrap_servers!r}, client_config=<{keys} keys>)"
+
+
+SourceFactory = Callable[[Mapping[str, Any], SourceContext], LagSource]
+
+
+def _lazy(module_name: str, type_name: str) -> SourceFactory:
+    def factory(spec: Mapping[str, Any], context: SourceContext) -> LagSource:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as e:
+            raise LagSourceConfigError(f"lag source {type_name!r} is not available in this build: {e}") from e
+        from_spec = getattr(module, "from_spec", None)
+        if from_spec is None:
+            raise LagSourceConfigError(
+                f"lag source {type_name!r}: {module_name} has no from_spec(spec, context)"
+            )
+        source: LagSource = from_spec(spec, context)
+        return source
+
+    return factory
+
+
+_FACTORIES: dict[str, SourceFactory] = {
+    "kafka": _lazy("groupops.lag.kafka", "kafka"),
+    "prometheus": prometheus.from_spec,
+    "burrow": burrow.from_spec,
+    "static": static.from_spec,
+    "forecast": _lazy("groupops.lag.forecast", "forecast"),
+}
+
+SOURCE_TYPES: tuple[str, ...] = tuple(_FACTORIES)
+
+
+def build_lag_source(type_name: str, spec: Mapping[str, Any], context: SourceContext) -> LagSource:
+    """The source for `lagSource.type`; LagSourceConfigError for an unknown type or bad spec."""
+    factory = _FACTORIES.get(type_name)
+    if factory is None:
+        raise LagSourceConfigError(
+            f"lagSource.type: unknown type {type_name!r}: choose one of {', '.join(SOURCE_TYPES)}"
+        )
+    return factory(spec, context)

@@ -1,0 +1,296 @@
+"""The operator's half of the fenced two-epoch handoff: published plan + target + Leases -> the
+next plan to publish.
+
+Stage: after `target.compute_target`, before the controller writes the plan ConfigMap. Pure: the
+caller reads the Leases, judges expiry with a `LeaseClock`, fences what `identities_to_fence`
+names, and publishes `next_plan(...).published` when `changed`.
+
+The promise, in priority order:
+1. never two holders: no partition is held by two identities at once, whatever plans they have
+   applied, acknowledged or skipped, as long as a replica stops consuming when it cannot renew
+   its Lease within the lease duration (the runtime's self-fencing) and only ever applies newer
+   plans;
+2. epochs are monotonic: a new plan always has a higher epoch than the previous one and than
+   every epoch any Lease mentions (a plan ConfigMap recreated from scratch still goes forward);
+3. progress: once every replica applies and acknowledges each plan, the published assignment
+   reaches the target within two epochs (a moving partition leaves first, enters next).
+
+Rules of `next_plan`, in the order they are applied (E = previous epoch, N = the new one):
+1. A Lease whose `released_through` R >= e voids its holder's holdings under plans <= e (it
+   released everything on exit, or the operator fenced it). `expired` identities count as R = E:
+   the caller fenced them before calling.
+2. A pending release (p left A's set in plan s) settles when A acknowledged an epoch >= s or
+   R_A >= s - 1; p is then free.
+3. p in A's set that the target gives elsewhere (or to nobody) leaves A's set in N and becomes a
+   pending release (A, N), unless R_A >= E: then A holds nothing and p is free at once.
+4. A partition a Lease reports as owned but that the previous plan does not account for (its
+   plan was lost, e.g. the ConfigMap recreated) is treated as a pending release from that
+   holder, unless its Lease is void past the report.
+5. p enters its target owner B's set in N when it is free; a pending release of p from B itself
+   simply returns it to B (only B is involved).
+6. Publish N only when something changed, or when an identity of the target has R >= E (it
+   applies only plans newer than R, so it needs one to consume again).
+
+Worked example: plan 4 = {A: [t-0, t-1], B: []}, target {A: [t-0], B: [t-1]}. Plan 5 = {A: [t-0],
+B: []}, t-1 releasing from A since 5. A applies 5 (stops t-1, commits, releases) and acks 5; the
+next call settles the release and publishes plan 6 = {A: [t-0], B: [t-1]}. Had A's Lease expired
+instead, the operator fences it through 5, and plan 6 is the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from groupops.model import MemberId, Plan, TopicPartition
+from groupops.planner.plan_format import LeaseRecord, PublishedPlan, Release
+
+__all__ = [
+    "HandoffError",
+    "HandoffResult",
+    "LeaseClock",
+    "MemberState",
+    "Move",
+    "identities_to_fence",
+    "next_plan",
+]
+
+
+class HandoffError(ValueError):
+    """The target cannot be published: it gives one partition to two identities."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemberState:
+    """One identity's Lease as the handoff reads it: the epoch it acknowledged, what it reports
+    owning then, and the epoch through which its holdings are void (see the module's rule 1)."""
+
+    acked_epoch: int | None = None
+    partitions: tuple[TopicPartition, ...] = ()
+    released_through: int | None = None
+
+    @classmethod
+    def from_record(cls, record: LeaseRecord) -> MemberState:
+        return cls(
+            acked_epoch=record.acked_epoch,
+            partitions=record.partitions,
+            released_through=record.released_through,
+        )
+
+    def void_through(self) -> int:
+        return -1 if self.released_through is None else self.released_through
+
+    def acked(self) -> int:
+        return -1 if self.acked_epoch is None else self.acked_epoch
+
+    def report_is_live(self) -> bool:
+        """Whether `partitions` may still be held: the report is newer than the last void."""
+        return self.acked_epoch is not None and self.acked() > self.void_through()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Move:
+    """A release that settled: `partition` left `source`; `target` is where the target plan puts
+    it (None: nowhere). `duration_s` is wall-clock time since the release was published."""
+
+    partition: TopicPartition
+    source: MemberId
+    target: MemberId | None
+    duration_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HandoffResult:
+    """`published` is the plan to publish (the previous one, same epoch, when `changed` is
+    False); `completed` the releases that settled in this step; `waiting` maps every partition
+    still being released to the identity the plan waits for."""
+
+    published: PublishedPlan
+    changed: bool
+    completed: tuple[Move, ...] = ()
+    waiting: Mapping[TopicPartition, MemberId] = field(default_factory=dict)
+
+
+def next_plan(
+    previous: PublishedPlan,
+    target: Mapping[MemberId, Sequence[TopicPartition]],
+    members: Mapping[MemberId, MemberState],
+    *,
+    expired: Collection[MemberId] = (),
+    strategy: str | None = None,
+    now: float = 0.0,
+) -> HandoffResult:
+    """The next plan towards `target` (every identity that takes part, possibly with an empty
+    list). `members` holds the Lease of each identity that has one; `expired` names identities
+    the caller has just fenced through `previous.epoch`. `now` is wall-clock seconds, used only
+    to time the moves. Raises HandoffError when `target` gives a partition twice."""
+    epoch = previous.epoch
+    states = _effective_states(members, expired, epoch)
+    target_owner = _target_owners(target)
+    new_epoch = 1 + max([epoch, *(max(s.acked(), s.void_through()) for s in states.values())])
+
+    # Rule 2: settle pending releases.
+    releasing: dict[TopicPartition, Release] = {}
+    completed: list[Move] = []
+    for tp, release in previous.releasing.items():
+        if _settled(release, states.get(release.identity)):
+            completed.append(
+                Move(
+                    partition=tp,
+                    source=release.identity,
+                    target=target_owner.get(tp),
+                    duration_s=max(0.0, now - release.since),
+                )
+            )
+        else:
+            releasing[tp] = release
+
+    # Rule 3: partitions leaving their owner.
+    sets: dict[MemberId, set[TopicPartition]] = {identity: set() for identity in target}
+    for identity, partitions in previous.plan.assignment.items():
+        void = states.get(identity, _NO_LEASE).void_through() >= epoch
+        for tp in partitions:
+            if target_owner.get(tp) == identity:
+                sets[identity].add(tp)
+            elif not void:
+                releasing[tp] = Release(identity=identity, epoch=new_epoch, since=now)
+
+    # Rule 4: holdings a Lease reports that the previous plan does not account for.
+    # With an intact plan lineage a live report is always accounted for (the ack and the report
+    # are written together), so this only fires after the plan ConfigMap was lost.
+    accounted = {tp for tps in previous.plan.assignment.values() for tp in tps}
+    for identity, state in sorted(states.items()):
+        if not state.report_is_live():
+            continue
+        for tp in state.partitions:
+            if tp not in accounted and tp not in releasing:
+                releasing[tp] = Release(identity=identity, epoch=new_epoch, since=now)
+
+    # Rule 5: free partitions enter their target owner.
+    for tp, owner in target_owner.items():
+        if tp in sets[owner]:
+            continue
+        pending = releasing.get(tp)
+        if pending is None:
+            sets[owner].add(tp)
+        elif pending.identity == owner:
+            del releasing[tp]
+            sets[owner].add(tp)
+
+    assignment = {identity: tuple(sorted(sets[identity])) for identity in sorted(target)}
+    next_strategy = previous.plan.strategy if strategy is None else strategy
+    waiting = {tp: release.identity for tp, release in sorted(releasing.items())}
+    needs_new_epoch = any(states.get(identity, _NO_LEASE).void_through() >= epoch for identity in target)
+    changed = (
+        epoch == 0
+        or needs_new_epoch
+        or assignment != _normalised(previous.plan.assignment)
+        or releasing != dict(previous.releasing)
+        or next_strategy != previous.plan.strategy
+    )
+    if not changed:
+        return HandoffResult(published=previous, changed=False, completed=tuple(completed), waiting=waiting)
+    published = PublishedPlan(
+        plan=Plan(epoch=new_epoch, strategy=next_strategy, assignment=assignment), releasing=releasing
+    )
+    _check(published)
+    return HandoffResult(published=published, changed=True, completed=tuple(completed), waiting=waiting)
+
+
+_NO_LEASE = MemberState()
+
+
+def _effective_states(
+    members: Mapping[MemberId, MemberState], expired: Collection[MemberId], epoch: int
+) -> dict[MemberId, MemberState]:
+    states = dict(members)
+    for identity in expired:
+        state = states.get(identity, _NO_LEASE)
+        states[identity] = MemberState(
+            acked_epoch=state.acked_epoch,
+            partitions=state.partitions,
+            released_through=max(epoch, state.void_through()),
+        )
+    return states
+
+
+def _target_owners(target: Mapping[MemberId, Sequence[TopicPartition]]) -> dict[TopicPartition, MemberId]:
+    owners: dict[TopicPartition, MemberId] = {}
+    for identity, partitions in target.items():
+        for tp in partitions:
+            if tp in owners and owners[tp] != identity:
+                raise HandoffError(f"target gives {tp} to both {owners[tp]} and {identity}")
+            owners[tp] = identity
+    return owners
+
+
+def _settled(release: Release, state: MemberState | None) -> bool:
+    if state is None:
+        return False
+    return state.acked() >= release.epoch or state.void_through() >= release.epoch - 1
+
+
+def _normalised(
+    assignment: Mapping[MemberId, Iterable[TopicPartition]],
+) -> dict[MemberId, tuple[TopicPartition, ...]]:
+    return {identity: tuple(sorted(tps)) for identity, tps in sorted(assignment.items())}
+
+
+def _check(published: PublishedPlan) -> None:
+    """A broken promise here is a bug in this module: fail loudly rather than publish it."""
+    seen: dict[TopicPartition, MemberId] = {}
+    for identity, partitions in published.plan.assignment.items():
+        for tp in partitions:
+            if tp in seen:
+                raise AssertionError(f"handoff bug: {tp} in the sets of {seen[tp]} and {identity}")
+            if tp in published.releasing:
+                raise AssertionError(f"handoff bug: {tp} in {identity}'s set while being released")
+            seen[tp] = identity
+
+
+def identities_to_fence(
+    previous: PublishedPlan,
+    members: Mapping[MemberId, MemberState],
+    judged_expired: Iterable[MemberId],
+) -> list[MemberId]:
+    """The identities the operator must fence (compare-and-swap `fence_annotations(E)` onto
+    their Lease, E = previous.epoch) before calling `next_plan` with them as `expired`: those
+    judged expired that may hold something (a non-empty set, a pending release, a live report)
+    and are not yet void through E. Sorted."""
+    holders = {identity for identity, tps in previous.plan.assignment.items() if tps}
+    holders.update(release.identity for release in previous.releasing.values())
+    holders.update(
+        identity for identity, state in members.items() if state.report_is_live() and state.partitions
+    )
+    return sorted(
+        identity
+        for identity in set(judged_expired) & holders
+        if members.get(identity, _NO_LEASE).void_through() < previous.epoch
+    )
+
+
+class LeaseClock:
+    """Judges Lease expiry by the observer's own clock, as leader election does: a Lease is
+    expired when the observer has seen it unchanged (same resourceVersion, or still absent) for
+    its duration. A fresh observer (an operator that just restarted) waits a full duration
+    before judging anyone, which is what keeps a restart safe. `now` is monotonic seconds."""
+
+    def __init__(self) -> None:
+        self._seen: dict[MemberId, tuple[str | None, float]] = {}
+
+    def observe(self, identity: MemberId, version: str | None, now: float) -> None:
+        """Record the Lease's resourceVersion (None: no Lease) as read at `now`."""
+        seen = self._seen.get(identity)
+        if seen is None or seen[0] != version:
+            self._seen[identity] = (version, now)
+
+    def unchanged_for(self, identity: MemberId, now: float) -> float | None:
+        seen = self._seen.get(identity)
+        return None if seen is None else now - seen[1]
+
+    def expired(self, identity: MemberId, now: float, duration_s: float) -> bool:
+        unchanged = self.unchanged_for(identity, now)
+        return unchanged is not None and unchanged >= duration_s
+
+    def forget(self, identity: MemberId) -> None:
+        self._seen.pop(identity, None)

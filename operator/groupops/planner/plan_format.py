@@ -1,0 +1,308 @@
+"""The handoff's records: the published plan with its pending releases, and the consumer's Lease.
+
+Stage: shared by the operator's publish step (writes the plan ConfigMap, reads and fences Leases)
+and the consumer runtime (reads the plan, writes its Lease). Builds on `groupops.planner.wire`,
+which owns the names and the ConfigMap `data` encoding; this module adds what the two-epoch
+handoff needs and renders whole objects. Pure: dictionaries in, dictionaries out.
+
+Plan ConfigMap `<policy>-plan` (`plan_to_configmap` / `plan_from_configmap`):
+    data                             wire.encode_plan: epoch, strategy, one entry per identity
+    annotations groupops.dev/releasing
+        JSON [[topic, partition, identity, epoch, since], ...]: partitions that left `identity`'s
+        set in plan `epoch` (published at wall-clock `since`) and that enter no set until that
+        identity acknowledged `epoch` or its holdings were voided (see `handoff`).
+    labels      groupops.dev/policy  <policy>
+
+Lease `<policy>-<identity>` (`render_lease` / `lease_record`), renewed by the consumer:
+    spec.holderIdentity                <identity>; removed when the consumer releases on exit
+    spec.leaseDurationSeconds, renewTime, acquireTime, leaseTransitions   as leader election
+    annotations groupops.dev/epoch            last plan epoch applied and acknowledged
+                groupops.dev/partitions       JSON [[topic, partition], ...] owned now
+                groupops.dev/state            starting | active | released
+                groupops.dev/released-through E: whatever the holder owned under plans <= E is
+                                              void (it released everything on exit, or the
+                                              operator fenced it); it applies only plans > E
+                groupops.dev/incarnation      the holding process (a uuid), so a restarted
+                                              replica never shares the Lease with a zombie
+                groupops.dev/identity         the identity unmangled (the name is DNS-safe)
+    labels      groupops.dev/policy  <policy>
+
+The operator creates each Lease unheld (the consumer's Role may only get and update it); the
+consumer takes it. The operator fences an identity it judged expired by merging
+`fence_annotations(epoch)` into its Lease with the resourceVersion it last saw (compare-and-
+swap): if the consumer renewed in between, the write conflicts and the identity is alive after
+all. A consumer that sees the fence drops everything and applies only plans newer than `epoch`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, TypedDict
+
+from groupops.model import MemberId, Plan, TopicPartition
+from groupops.planner.wire import (
+    LEASE_EPOCH_ANNOTATION,
+    LEASE_PARTITIONS_ANNOTATION,
+    PlanFormatError,
+    decode_partitions,
+    decode_plan,
+    encode_partitions,
+    encode_plan,
+    lease_name,
+    plan_configmap_name,
+)
+
+__all__ = [
+    "LEASE_IDENTITY_ANNOTATION",
+    "LEASE_INCARNATION_ANNOTATION",
+    "LEASE_RELEASED_THROUGH_ANNOTATION",
+    "LEASE_STATE_ANNOTATION",
+    "POLICY_LABEL",
+    "RELEASING_ANNOTATION",
+    "ConfigMapParts",
+    "LeaseRecord",
+    "LeaseState",
+    "PlanFormatError",
+    "PublishedPlan",
+    "Release",
+    "empty_plan",
+    "fence_annotations",
+    "format_micro_time",
+    "lease_record",
+    "lease_record_annotations",
+    "parse_micro_time",
+    "plan_from_configmap",
+    "plan_to_configmap",
+    "render_lease",
+    "render_plan_configmap",
+]
+
+RELEASING_ANNOTATION = "groupops.dev/releasing"
+LEASE_STATE_ANNOTATION = "groupops.dev/state"
+LEASE_RELEASED_THROUGH_ANNOTATION = "groupops.dev/released-through"
+LEASE_INCARNATION_ANNOTATION = "groupops.dev/incarnation"
+LEASE_IDENTITY_ANNOTATION = "groupops.dev/identity"
+POLICY_LABEL = "groupops.dev/policy"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Release:
+    """A partition on its way out of `identity`'s set: it left in plan `epoch`, published at
+    wall-clock `since` (seconds; for the handoff-duration metric only, never for safety)."""
+
+    identity: MemberId
+    epoch: int
+    since: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PublishedPlan:
+    """A plan as published: what every identity owns at `plan.epoch`, plus the partitions still
+    being released (in nobody's set, waiting for their last owner)."""
+
+    plan: Plan
+    releasing: Mapping[TopicPartition, Release] = field(default_factory=dict)
+
+    @property
+    def epoch(self) -> int:
+        return self.plan.epoch
+
+    def owner_of(self) -> dict[TopicPartition, MemberId]:
+        return {tp: identity for identity, tps in self.plan.assignment.items() for tp in tps}
+
+
+def empty_plan(strategy: str = "") -> PublishedPlan:
+    """The plan before the first publication: epoch 0, nobody owns anything."""
+    return PublishedPlan(plan=Plan(epoch=0, strategy=strategy, assignment={}))
+
+
+class ConfigMapParts(TypedDict):
+    """The parts of the plan ConfigMap this module owns."""
+
+    data: dict[str, str]
+    annotations: dict[str, str]
+
+
+def plan_to_configmap(published: PublishedPlan) -> ConfigMapParts:
+    """`data` (wire format) and annotations (pending releases) of the plan ConfigMap."""
+    releasing = [
+        [tp.topic, tp.partition, release.identity, release.epoch, round(release.since, 3)]
+        for tp, release in sorted(published.releasing.items())
+    ]
+    return {
+        "data": encode_plan(published.plan),
+        "annotations": {RELEASING_ANNOTATION: json.dumps(releasing, separators=(",", ":"))},
+    }
+
+
+def plan_from_configmap(data: Mapping[str, str], annotations: Mapping[str, str] | None) -> PublishedPlan:
+    """The inverse of `plan_to_configmap`; raises PlanFormatError naming the bad key. A ConfigMap
+    without the releasing annotation has nothing pending."""
+    plan = decode_plan(data)
+    raw = (annotations or {}).get(RELEASING_ANNOTATION)
+    return PublishedPlan(plan=plan, releasing={} if raw is None else _decode_releasing(raw))
+
+
+def _decode_releasing(text: str) -> dict[TopicPartition, Release]:
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise PlanFormatError(RELEASING_ANNOTATION, f"not JSON: {e.msg}") from e
+    if not isinstance(raw, list):
+        raise PlanFormatError(RELEASING_ANNOTATION, "expected a list")
+    result: dict[TopicPartition, Release] = {}
+    for item in raw:
+        if not (
+            isinstance(item, list)
+            and len(item) == 5
+            and isinstance(item[0], str)
+            and _is_count(item[1])
+            and isinstance(item[2], str)
+            and _is_count(item[3])
+            and isinstance(item[4], int | float)
+        ):
+            raise PlanFormatError(
+                RELEASING_ANNOTATION, f"expected [topic, partition, identity, epoch, since], got {item!r}"
+            )
+        result[TopicPartition(item[0], item[1])] = Release(
+            identity=MemberId(item[2]), epoch=item[3], since=float(item[4])
+        )
+    return result
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def render_plan_configmap(namespace: str, policy: str, published: PublishedPlan) -> dict[str, Any]:
+    """The whole ConfigMap object (no resourceVersion: the writer adds the one it read)."""
+    parts = plan_to_configmap(published)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": plan_configmap_name(policy),
+            "namespace": namespace,
+            "labels": {POLICY_LABEL: policy},
+            "annotations": parts["annotations"],
+        },
+        "data": parts["data"],
+    }
+
+
+class LeaseState(StrEnum):
+    """What the holder of a Lease is doing. `released`: it exited after releasing everything."""
+
+    STARTING = "starting"
+    ACTIVE = "active"
+    RELEASED = "released"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseRecord:
+    """The handoff's reading of one consumer Lease (see the module docstring for each field)."""
+
+    acked_epoch: int | None = None
+    partitions: tuple[TopicPartition, ...] = ()
+    state: LeaseState | None = None
+    released_through: int | None = None
+    incarnation: str | None = None
+
+
+def lease_record_annotations(record: LeaseRecord, identity: str) -> dict[str, str]:
+    annotations = {
+        LEASE_IDENTITY_ANNOTATION: identity,
+        LEASE_PARTITIONS_ANNOTATION: encode_partitions(record.partitions),
+    }
+    if record.acked_epoch is not None:
+        annotations[LEASE_EPOCH_ANNOTATION] = str(record.acked_epoch)
+    if record.state is not None:
+        annotations[LEASE_STATE_ANNOTATION] = record.state.value
+    if record.released_through is not None:
+        annotations[LEASE_RELEASED_THROUGH_ANNOTATION] = str(record.released_through)
+    if record.incarnation is not None:
+        annotations[LEASE_INCARNATION_ANNOTATION] = record.incarnation
+    return annotations
+
+
+def lease_record(annotations: Mapping[str, str] | None) -> LeaseRecord:
+    """Read a Lease's annotations. Unknown or malformed numbers read as absent (a Lease someone
+    edited by hand must not crash the operator); malformed partitions raise PlanFormatError."""
+    notes = annotations or {}
+    raw_partitions = notes.get(LEASE_PARTITIONS_ANNOTATION)
+    partitions = (
+        () if raw_partitions is None else decode_partitions(raw_partitions, key=LEASE_PARTITIONS_ANNOTATION)
+    )
+    raw_state = notes.get(LEASE_STATE_ANNOTATION)
+    state = LeaseState(raw_state) if raw_state in {s.value for s in LeaseState} else None
+    return LeaseRecord(
+        acked_epoch=_count_or_none(notes.get(LEASE_EPOCH_ANNOTATION)),
+        partitions=partitions,
+        state=state,
+        released_through=_count_or_none(notes.get(LEASE_RELEASED_THROUGH_ANNOTATION)),
+        incarnation=notes.get(LEASE_INCARNATION_ANNOTATION),
+    )
+
+
+def _count_or_none(text: str | None) -> int | None:
+    return int(text) if text is not None and text.isdigit() else None
+
+
+def fence_annotations(epoch: int) -> dict[str, str]:
+    """What the operator merges into an expired identity's Lease to void its holdings under
+    plans <= `epoch`. Written with compare-and-swap on the resourceVersion it judged by."""
+    return {LEASE_RELEASED_THROUGH_ANNOTATION: str(epoch)}
+
+
+def format_micro_time(seconds: float) -> str:
+    """Kubernetes MicroTime (RFC 3339, always six fractional digits, UTC)."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_micro_time(text: str) -> float:
+    """Seconds since the epoch of a MicroTime or Time string; PlanFormatError when it is not one."""
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError as e:
+        raise PlanFormatError("renewTime", f"not an RFC 3339 time: {text!r}") from e
+
+
+def render_lease(
+    *,
+    namespace: str,
+    policy: str,
+    identity: str,
+    record: LeaseRecord,
+    holder: str,
+    duration_s: int,
+    renew_time: float,
+    acquire_time: float,
+    transitions: int,
+    resource_version: str | None = None,
+) -> dict[str, Any]:
+    """A whole Lease object: the consumer writes this on every renewal (with the resourceVersion
+    of its last write, so a write that lost the race conflicts instead of overwriting)."""
+    metadata: dict[str, Any] = {
+        "name": lease_name(policy, identity),
+        "namespace": namespace,
+        "labels": {POLICY_LABEL: policy},
+        "annotations": lease_record_annotations(record, identity),
+    }
+    if resource_version is not None:
+        metadata["resourceVersion"] = resource_version
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": metadata,
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": duration_s,
+            "acquireTime": format_micro_time(acquire_time),
+            "renewTime": format_micro_time(renew_time),
+            "leaseTransitions": transitions,
+        },
+    }

@@ -1,0 +1,257 @@
+"""Shared pieces of the operator's e2e tests: kubectl and helm (built from their Go modules by
+mk/helm.mk), the CRD, a namespace per test, and the operator as a real subprocess
+(`groupops operator`) against the real API server.
+
+No node runs pods here: the tests assert what the operator creates and reports, never that a
+container runs (the consumer-runtime harness plays the kubelet for that).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD = ROOT / "crds" / "consumergrouppolicy.yaml"
+EXAMPLES = ROOT / "examples" / "policies"
+CHART = ROOT / "charts" / "groupops"
+KUBETOOLS_DEFAULT = Path(os.environ.get("GROUPOPS_CACHE", Path.home() / ".cache" / "groupops")) / (
+    "kubetools-helm3.18.6-k8s1.33.13-r2"
+)
+TICK_S = "1"
+GROUPOPS = str(Path(sys.executable).parent / "groupops")
+
+
+def kubetool(name: str) -> Path:
+    """helm or kubectl from the project's build (never a binary that happens to be on PATH)."""
+    directory = Path(os.environ.get("GROUPOPS_KUBETOOLS", KUBETOOLS_DEFAULT))
+    path = directory / name
+    if not path.is_file():
+        pytest.fail(f"{path} is missing: build it with `make kubetools` (tools/kubetools/build.sh)")
+    return path
+
+
+@dataclass
+class Kubectl:
+    kubeconfig: str
+
+    def run(
+        self, *args: str, stdin: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [str(kubetool("kubectl")), "--kubeconfig", self.kubeconfig, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
+        return result
+
+    def apply(
+        self, manifest: dict[str, Any] | str, namespace: str, *, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        text = manifest if isinstance(manifest, str) else yaml.safe_dump(manifest)
+        return self.run("apply", "-n", namespace, "-f", "-", stdin=text, check=check)
+
+    def get_json(self, kind: str, name: str | None, namespace: str, *, selector: str | None = None) -> Any:
+        args = ["get", kind, "-n", namespace, "-o", "json"]
+        if name:
+            args.insert(2, name)
+        if selector:
+            args += ["-l", selector]
+        result = self.run(*args, check=False)
+        if result.returncode != 0:
+            if "NotFound" in result.stderr:
+                return None
+            raise AssertionError(result.stderr)
+        return json.loads(result.stdout)
+
+    def items(self, kind: str, namespace: str, selector: str) -> list[dict[str, Any]]:
+        document = self.get_json(kind, None, namespace, selector=selector)
+        return list(document["items"]) if document else []
+
+
+def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60.0, interval: float = 0.5) -> Any:
+    """Poll until `probe` returns something truthy; fail naming `what` and the last value seen."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class OperatorProcess:
+    """`groupops operator` as a subprocess watching one namespace; restartable and killable."""
+
+    kubeconfig: str
+    namespace: str
+    log_path: Path
+    extra: list[str] = field(default_factory=list)
+    process: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    def start(self) -> None:
+        assert self.process is None or self.process.poll() is not None
+        env = {**os.environ, "KUBECONFIG": self.kubeconfig}
+        command = [
+            GROUPOPS,
+            "operator",
+            "--namespace",
+            self.namespace,
+            "--tick",
+            TICK_S,
+            "--health-port",
+            str(free_port()),
+            "--metrics-port",
+            str(free_port()),
+            *self.extra,
+        ]
+        self.starts += 1
+        log = self.log_path.open("ab")
+        log.write(f"\n==== start {self.starts}: {' '.join(command)}\n".encode())
+        log.flush()
+        self.process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+
+    def wait_started(self, timeout: float = 60.0) -> None:
+        """Until this start's operator has logged in and begun watching (its startup line)."""
+        wait_for(
+            f"operator start {self.starts} to come up",
+            lambda: (
+                self.log_path.read_text(errors="replace").count("Initial authentication has finished")
+                >= self.starts
+            ),
+            timeout=timeout,
+            interval=0.1,
+        )
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, as a crashed or evicted operator."""
+        if self.alive():
+            assert self.process is not None
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.alive():
+            assert self.process is not None
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def install_crd(kubectl: Kubectl) -> None:
+    kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
+    kubectl.run(
+        "wait", "--for=condition=Established", "--timeout=60s", "crd/consumergrouppolicies.groupops.dev"
+    )
+
+
+def create_namespace(kubectl: Kubectl, name: str) -> None:
+    kubectl.run("create", "namespace", name)
+    # The ServiceAccount admission plugin wants the namespace's default account before any pod;
+    # no controller-manager runs here to create it.
+    kubectl.apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}, name)
+
+
+def example(name: str, bootstrap: str = "127.0.0.1:9092") -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())
+    document["spec"]["kafka"]["bootstrapServers"] = bootstrap
+    return document
+
+
+def cgp(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
+    document = kubectl.get_json("cgp", name, namespace)
+    assert document is not None, f"policy {name} is gone"
+    return dict(document)
+
+
+def condition(policy: dict[str, Any], kind: str) -> dict[str, Any]:
+    for item in (policy.get("status") or {}).get("conditions") or []:
+        if item["type"] == kind:
+            return dict(item)
+    return {}
+
+
+def settled(
+    kubectl: Kubectl, namespace: str, name: str, *, min_epoch: int = 1
+) -> Callable[[], dict[str, Any] | None]:
+    """A probe: the policy's status describes its current generation with a plan of at least
+    `min_epoch` and Ready=True (None until then)."""
+
+    def probe() -> dict[str, Any] | None:
+        policy = cgp(kubectl, namespace, name)
+        status = policy.get("status") or {}
+        ready = condition(policy, "Ready").get("status") == "True"
+        current = status.get("observedGeneration") == policy["metadata"]["generation"]
+        return policy if ready and current and int(status.get("epoch") or 0) >= min_epoch else None
+
+    return probe
+
+
+def plan_of(kubectl: Kubectl, namespace: str, policy: str) -> dict[str, str]:
+    configmap = kubectl.get_json("configmap", f"{policy}-plan", namespace)
+    assert configmap is not None, f"no plan ConfigMap for {policy}"
+    return dict(configmap["data"])
+
+
+def groupops_assign(document: dict[str, Any]) -> dict[str, Any]:
+    """Run the real `groupops assign` command on a group document."""
+    result = subprocess.run(
+        [GROUPOPS, "assign"],
+        input=json.dumps(document),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return dict(json.loads(result.stdout))
+
+
+def operator_fixture(kube_config: str, namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
+    operator = OperatorProcess(
+        kubeconfig=kube_config, namespace=namespace, log_path=tmp_path / "operator.log"
+    )
+    operator.start()
+    try:
+        yield operator
+    finally:
+        alive = operator.alive()
+        operator.stop()
+        print(f"--- operator log ({namespace}) ---\n{operator.log_tail(60)}")
+        assert alive or operator.starts == 0, "the operator died during the test"

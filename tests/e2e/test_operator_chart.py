@@ -1,0 +1,97 @@
+"""The Helm chart, rendered by helm (built from its Go module), is accepted by the real API
+server in a server-side dry run, in both RBAC modes; and the operator's Deployment is locked
+down (non-root, read-only root filesystem, no capabilities, probes on kopf's health endpoint)."""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+import pytest
+import yaml
+from tests.e2e.operator_support import CHART, Kubectl, create_namespace, kubetool
+
+pytestmark = pytest.mark.e2e
+
+
+def render(namespace: str, *values: str) -> str:
+    args = [
+        str(kubetool("helm")),
+        "template",
+        "groupops",
+        str(CHART),
+        "--namespace",
+        namespace,
+        "--kube-version",
+        "1.33.13",
+        "--include-crds",
+    ]
+    for value in values:
+        args += ["--set", value]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.fixture
+def kubectl(kube_config: str) -> Kubectl:
+    return Kubectl(kube_config)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        pytest.param((), id="cluster-wide"),
+        pytest.param(("scope=namespaced",), id="namespaced"),
+        pytest.param(("metrics.service.enabled=false", "operator.verbose=true"), id="no-metrics-service"),
+    ],
+)
+def test_chart_is_accepted_by_the_api_server(
+    kubectl: Kubectl, unique_name: Any, values: tuple[str, ...]
+) -> None:
+    namespace = unique_name("chart")
+    create_namespace(kubectl, namespace)
+    manifest = render(namespace, *values)
+    result = kubectl.run("apply", "--dry-run=server", "-n", namespace, "-f", "-", stdin=manifest, check=False)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert any("deployment.apps/groupops" in line for line in lines), result.stdout
+    assert all("(server dry run)" in line for line in lines), result.stdout
+
+
+def test_deployment_is_locked_down() -> None:
+    documents = [d for d in yaml.safe_load_all(render("ops")) if d]
+    deployment = next(d for d in documents if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["resources"]["limits"]["memory"]
+    assert container["args"][0] == "operator"
+    kinds = sorted(d["kind"] for d in documents)
+    assert kinds == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "CustomResourceDefinition",
+        "Deployment",
+        "Service",
+        "ServiceAccount",
+    ]
+    rules = next(d for d in documents if d["kind"] == "ClusterRole")["rules"]
+    secrets = [r for r in rules if "secrets" in r["resources"]]
+    assert secrets == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}], (
+        "Secrets are only read"
+    )
+
+
+def test_service_monitor_is_optional() -> None:
+    without = render("ops")
+    assert "ServiceMonitor" not in without
+    with_monitor = render("ops", "metrics.serviceMonitor.enabled=true")
+    monitor = next(d for d in yaml.safe_load_all(with_monitor) if d and d["kind"] == "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"

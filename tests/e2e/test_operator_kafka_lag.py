@@ -1,0 +1,123 @@
+"""The operator reads lag from the real Kafka broker (lagSource kafka): the plan and status follow
+the messages actually waiting, and a topic the cluster does not have is reported, not crashed on."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from tests.e2e.operator_support import (
+    Kubectl,
+    OperatorProcess,
+    cgp,
+    condition,
+    create_namespace,
+    groupops_assign,
+    install_crd,
+    kubetool,
+    operator_fixture,
+    settled,
+    wait_for,
+)
+
+pytestmark = pytest.mark.e2e
+
+WAITING = [10, 0, 5, 0]
+
+
+@pytest.fixture
+def kubectl(kube_config: str) -> Kubectl:
+    kubetool("kubectl")
+    client = Kubectl(kube_config)
+    install_crd(client)
+    return client
+
+
+@pytest.fixture
+def namespace(kubectl: Kubectl, unique_name: Any) -> str:
+    name: str = unique_name("kafka-lag")
+    create_namespace(kubectl, name)
+    return name
+
+
+@pytest.fixture
+def operator(kube_config: str, namespace: str, tmp_path: Any) -> Iterator[OperatorProcess]:
+    yield from operator_fixture(kube_config, namespace, tmp_path)
+
+
+@pytest.fixture
+def topic(kafka_bootstrap: str, unique_name: Any) -> str:
+    name: str = unique_name("orders")
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(name, num_partitions=len(WAITING), replication_factor=1)])[name].result(30)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for partition, count in enumerate(WAITING):
+        for i in range(count):
+            producer.produce(name, value=f"m{i}".encode(), partition=partition)
+    assert producer.flush(30) == 0
+    return name
+
+
+def policy(name: str, bootstrap: str, topics: list[str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "groupops.dev/v1alpha1",
+        "kind": "ConsumerGroupPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "kafka": {"bootstrapServers": bootstrap},
+            "groupId": f"{name}-group",
+            "topics": topics,
+            "strategy": {"type": "lag", "autoOffsetReset": "earliest"},
+            "lagSource": {"type": "kafka"},
+            "consumers": {"replicas": 2},
+        },
+    }
+
+
+def test_plan_follows_the_brokers_lag(
+    kubectl: Kubectl, namespace: str, operator: OperatorProcess, kafka_bootstrap: str, topic: str
+) -> None:
+    kubectl.apply(policy("live", kafka_bootstrap, [topic]), namespace)
+    current = wait_for("a plan from the broker's lag", settled(kubectl, namespace, "live"), timeout=90)
+    status = current["status"]
+    assert status["totalLag"] == sum(WAITING)
+    expected = groupops_assign(
+        {
+            "strategy": "lag",
+            "topics": {topic: len(WAITING)},
+            "members": [
+                {
+                    "member_id": f"live-group-{i}",
+                    "group_instance_id": f"live-group-{i}",
+                    "topics": [topic],
+                    "priority": -(i + 1),
+                }
+                for i in range(2)
+            ],
+            "lags": {topic: WAITING},
+        }
+    )["assignment"]
+    shown = {m["instanceId"]: m["partitions"] for m in status["members"]}
+    assert shown == {identity: [f"{t}-{p}" for t, p in tps] for identity, tps in expected.items()}
+    assert {m["instanceId"]: m["lag"] for m in status["members"]} == {
+        identity: sum(WAITING[p] for _, p in tps) for identity, tps in expected.items()
+    }
+
+
+def test_a_topic_the_cluster_lacks_is_reported(
+    kubectl: Kubectl, namespace: str, operator: OperatorProcess, kafka_bootstrap: str, unique_name: Any
+) -> None:
+    missing = unique_name("absent")
+    kubectl.apply(policy("lost", kafka_bootstrap, [missing]), namespace)
+
+    def reported() -> dict[str, Any] | None:
+        current = cgp(kubectl, namespace, "lost")
+        return current if condition(current, "Ready").get("reason") == "TopicNotFound" else None
+
+    current = wait_for("TopicNotFound", reported, timeout=90)
+    assert missing in condition(current, "Ready")["message"]
+    assert kubectl.items("pods", namespace, "groupops.dev/policy=lost") == [], "nothing runs without a plan"
+    assert operator.alive()

@@ -1,0 +1,90 @@
+"""Slots, liveness, draining and members of one reconcile."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from groupops.controller.identities import LeaseClock, identity_view
+
+
+def pod(ordinal: int, template: str = "h1", ready: bool = False) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": f"p-{ordinal}",
+            "labels": {"groupops.dev/ordinal": str(ordinal), "groupops.dev/template-hash": template},
+        },
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+def lease(name: str, holder: str | None, renew: str = "t1", partitions: str | None = None) -> dict[str, Any]:
+    annotations = {} if partitions is None else {"groupops.dev/partitions": partitions}
+    spec: dict[str, Any] = {"leaseDurationSeconds": 10, "renewTime": renew}
+    if holder:
+        spec["holderIdentity"] = holder
+    return {"metadata": {"name": name, "annotations": annotations}, "spec": spec}
+
+
+def view(
+    replicas: int,
+    pods: list[dict[str, Any]],
+    leases: dict[str, Any] | None = None,
+    *,
+    clock: LeaseClock | None = None,
+    now: float = 100.0,
+    published: dict[str, Any] | None = None,
+    template: str = "h1",
+) -> Any:
+    return identity_view(
+        group_id="g",
+        replicas=replicas,
+        zones=(),
+        priorities={"g-2": 50},
+        template_hash=template,
+        pods=pods,
+        leases=leases or {},
+        published=published,
+        clock=clock or LeaseClock(),
+        now=now,
+        lease_duration=10,
+    )
+
+
+def test_nobody_live_means_every_slot_takes_part() -> None:
+    v = view(3, [pod(0), pod(1)])
+    assert [m.name for m in v.members] == ["g-0", "g-1", "g-2"]
+    assert [m.priority for m in v.members] == [-1, -2, 50]
+
+
+def test_once_someone_is_live_only_live_identities_take_part() -> None:
+    clock = LeaseClock()
+    v = view(3, [pod(0), pod(1), pod(2)], {"g-1": lease("l1", "g-1")}, clock=clock)
+    assert [m.name for m in v.members] == ["g-1"]
+
+
+def test_a_silent_lease_expires_by_the_operators_clock() -> None:
+    clock = LeaseClock()
+    leases = {"g-0": lease("l0", "g-0", renew="a"), "g-1": lease("l1", "g-1", renew="a")}
+    view(2, [pod(0), pod(1)], leases, clock=clock, now=100.0)
+    leases["g-1"] = lease("l1", "g-1", renew="b")
+    later = view(2, [pod(0), pod(1)], leases, clock=clock, now=111.0)
+    assert later.leases["g-0"].expired
+    assert not later.leases["g-1"].expired
+    assert [m.name for m in later.members] == ["g-1"]
+
+
+def test_scale_down_drains_the_highest_ordinals() -> None:
+    v = view(2, [pod(0), pod(1), pod(2), pod(3)])
+    assert v.draining == {"g-2", "g-3"}
+    assert [m.name for m in v.members] == ["g-0", "g-1"]
+    assert v.releasable == {"g-2", "g-3"}, "nothing published for them and nobody runs them"
+
+
+def test_a_draining_identity_with_partitions_is_not_releasable() -> None:
+    v = view(1, [pod(0), pod(1)], published={"g-1": [("t", 0)]})
+    assert v.releasable == frozenset()
+
+
+def test_template_change_replaces_one_pod_at_a_time_lowest_first() -> None:
+    v = view(3, [pod(0, "old"), pod(1, "old"), pod(2, "new")], template="new")
+    assert v.draining == {"g-0"}

@@ -1,0 +1,180 @@
+"""Render functions: pure dicts of exactly what the operator creates."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from groupops.controller import render_pods, render_rbac
+from groupops.controller.render_common import PolicyRef
+from groupops.controller.render_plan import read_plan_configmap, render_plan_configmap
+from groupops.controller.settings import ConsumerSettings
+from groupops.controller.spec import parse_policy
+from groupops.model import MemberId, Plan, TopicPartition
+from groupops.planner.plan_format import PublishedPlan, Release
+from groupops.planner.wire import lease_name
+
+POLICY = PolicyRef(namespace="team-a", name="orders", uid="uid-1", generation=3)
+SPEC: dict[str, Any] = {
+    "kafka": {
+        "bootstrapServers": "k:9092",
+        "authSecretRef": {"name": "kafka-auth"},
+        "properties": {"client.rack": "a"},
+    },
+    "groupId": "orders-processor",
+    "topics": ["orders", "refunds"],
+    "lagSource": {"type": "static", "static": {"lags": {"orders": [1, 2]}}},
+    "consumers": {
+        "replicas": 2,
+        "template": {
+            "metadata": {"labels": {"team": "a"}},
+            "spec": {
+                "containers": [
+                    {"name": "consumer", "image": "me/consumer:1", "env": [{"name": "X", "value": "1"}]}
+                ]
+            },
+        },
+    },
+}
+
+
+def pod(spec: dict[str, Any] = SPEC, ordinal: int = 1, zone: str | None = None) -> dict[str, Any]:
+    return render_pods.render_pod(
+        POLICY,
+        parse_policy(spec),
+        render_pods.Slot(ordinal=ordinal, identity=f"orders-processor-{ordinal}", zone=zone),
+        settings=ConsumerSettings(),
+        lease_seconds=10,
+    )
+
+
+def env_of(rendered: dict[str, Any]) -> dict[str, Any]:
+    container = rendered["spec"]["containers"][0]
+    return {item["name"]: item.get("value", item.get("valueFrom")) for item in container["env"]}
+
+
+def test_pod_carries_identity_policy_and_kafka_settings() -> None:
+    env = env_of(pod())
+    assert env["GROUPOPS_POLICY"] == "orders"
+    assert env["GROUPOPS_IDENTITY"] == "orders-processor-1"
+    assert env["GROUPOPS_GROUP_ID"] == "orders-processor"
+    assert env["GROUPOPS_TOPICS"] == "orders,refunds"
+    assert env["GROUPOPS_KAFKA_BOOTSTRAP_SERVERS"] == "k:9092"
+    assert env["GROUPOPS_KAFKA_PROPERTIES"] == '{"client.rack":"a"}'
+    assert env["GROUPOPS_PLAN_CONFIGMAP"] == "orders-plan"
+    assert env["GROUPOPS_LEASE_NAME"] == lease_name("orders", "orders-processor-1")
+    assert env["GROUPOPS_KAFKA_AUTH_DIR"] == render_pods.AUTH_MOUNT_PATH
+    assert env["X"] == "1", "the template's own environment stays"
+
+
+def test_pod_mounts_the_auth_secret_by_reference() -> None:
+    rendered = pod()
+    volumes = {v["name"]: v for v in rendered["spec"]["volumes"]}
+    assert volumes["groupops-kafka-auth"]["secret"]["secretName"] == "kafka-auth"
+    mounts = rendered["spec"]["containers"][0]["volumeMounts"]
+    assert mounts == [
+        {"name": "groupops-kafka-auth", "mountPath": render_pods.AUTH_MOUNT_PATH, "readOnly": True}
+    ]
+
+
+def test_pod_is_owned_labelled_and_runs_as_the_consumer_account() -> None:
+    rendered = pod()
+    meta = rendered["metadata"]
+    assert meta["name"] == "orders-1"
+    assert meta["ownerReferences"][0]["uid"] == "uid-1"
+    assert meta["ownerReferences"][0]["controller"] is True
+    assert meta["labels"]["groupops.dev/policy"] == "orders"
+    assert meta["labels"]["groupops.dev/ordinal"] == "1"
+    assert meta["labels"]["team"] == "a"
+    assert meta["annotations"]["groupops.dev/identity"] == "orders-processor-1"
+    assert rendered["spec"]["serviceAccountName"] == "orders-consumer"
+    assert rendered["spec"]["containers"][0]["image"] == "me/consumer:1"
+
+
+def test_rendering_is_pure_and_deterministic() -> None:
+    before = copy.deepcopy(SPEC)
+    assert pod() == pod()
+    assert before == SPEC
+
+
+def test_template_hash_follows_the_template_not_the_identity() -> None:
+    changed = copy.deepcopy(SPEC)
+    changed["consumers"]["template"]["spec"]["containers"][0]["image"] = "me/consumer:2"
+    label = "groupops.dev/template-hash"
+    assert pod(ordinal=0)["metadata"]["labels"][label] == pod(ordinal=1)["metadata"]["labels"][label]
+    assert pod(changed)["metadata"]["labels"][label] != pod()["metadata"]["labels"][label]
+
+
+def test_default_container_when_the_template_has_none() -> None:
+    bare = copy.deepcopy(SPEC)
+    del bare["consumers"]["template"]
+    container = pod(bare)["spec"]["containers"][0]
+    assert container["name"] == "consumer"
+    assert container["image"] == ConsumerSettings().image
+    assert container["command"] == ["groupops", "consume"]
+
+
+def test_zone_becomes_required_node_affinity() -> None:
+    rack = copy.deepcopy(SPEC)
+    rack["strategy"] = {"rackAware": True}
+    rack["consumers"]["zones"] = ["z1", "z2"]
+    terms = pod(rack, zone="z2")["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert terms["nodeSelectorTerms"] == [
+        {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z2"]}]}
+    ]
+
+
+def test_role_allows_only_the_plan_and_the_own_leases() -> None:
+    role = render_rbac.render_role(POLICY, ["orders-b", "orders-a"])
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": ["orders-plan"],
+            "verbs": ["get", "watch"],
+        },
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["orders-a", "orders-b"],
+            "verbs": ["get", "update"],
+        },
+    ]
+    binding = render_rbac.render_role_binding(POLICY)
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "orders-consumer", "namespace": "team-a"}
+    ]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+
+
+def test_plan_configmap_round_trips_with_the_operators_notes() -> None:
+    plan = Plan(
+        epoch=7,
+        strategy="lag",
+        assignment={
+            MemberId("orders-processor-0"): (TopicPartition("orders", 0),),
+            MemberId("orders-processor-1"): (),
+        },
+    )
+    published = PublishedPlan(
+        plan=plan,
+        releasing={TopicPartition("orders", 1): Release(identity=MemberId("orders-processor-1"), epoch=7)},
+    )
+    configmap = render_plan_configmap(POLICY, published, generation=3, members=["orders-processor-0"])
+    assert configmap["metadata"]["name"] == "orders-plan"
+    assert configmap["data"]["epoch"] == "7"
+    assert configmap["data"]["orders-processor-0"] == '[["orders",0]]'
+    assert configmap["data"]["orders-processor-1"] == "[]"
+    observed = read_plan_configmap(configmap)
+    assert observed is not None
+    assert observed.published == published
+    assert observed.generation == 3
+    assert observed.members == frozenset({"orders-processor-0"})
+
+
+def test_lease_is_created_unheld() -> None:
+    lease = render_pods.render_lease(POLICY, "orders-processor-0", lease_seconds=10)
+    assert lease["spec"] == {"leaseDurationSeconds": 10}
+    assert lease["metadata"]["name"] == lease_name("orders", "orders-processor-0")

@@ -1,0 +1,160 @@
+"""The policy spec parser accepts every example and names the field of every bad spec."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from groupops.controller.spec import SpecError, parse_duration, parse_policy
+
+EXAMPLES = sorted((Path(__file__).parents[3] / "examples" / "policies").glob("*.yaml"))
+
+BASE: dict[str, Any] = {
+    "kafka": {"bootstrapServers": "k:9092"},
+    "groupId": "orders",
+    "topics": ["orders"],
+    "lagSource": {"type": "static", "static": {"lags": {"orders": [1, 2, 3]}}},
+    "consumers": {"replicas": 3},
+}
+
+
+def with_(path: str, value: Any) -> dict[str, Any]:
+    spec = copy.deepcopy(BASE)
+    *parents, leaf = path.split(".")
+    node = spec
+    for key in parents:
+        node = node.setdefault(key, {})
+    if value is _DELETE:
+        node.pop(leaf, None)
+    else:
+        node[leaf] = value
+    return spec
+
+
+_DELETE = object()
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_every_example_parses(path: Path) -> None:
+    document = yaml.safe_load(path.read_text())
+    spec = parse_policy(document["spec"])
+    assert spec.group_id == document["spec"]["groupId"]
+
+
+def test_defaults_are_the_crd_defaults() -> None:
+    spec = parse_policy(with_("consumers", {}))
+    assert spec.strategy.type == "lag"
+    assert spec.strategy.auto_offset_reset == "latest"
+    assert spec.rebalance.interval_seconds == 60.0
+    assert spec.rebalance.imbalance_threshold == 1.2
+    assert spec.rebalance.approval == "auto"
+    assert spec.consumers.replicas == 1
+    assert spec.consumers.delivery == "plan"
+    assert spec.dry_run is False
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        pytest.param(with_("groupId", _DELETE), "spec.groupId", id="missing-group"),
+        pytest.param(with_("groupId", "bad group"), "spec.groupId", id="group-with-space"),
+        pytest.param(with_("topics", []), "spec.topics", id="no-topics"),
+        pytest.param(with_("topics", ["orders", "orders"]), "spec.topics[1]", id="duplicate-topic"),
+        pytest.param(with_("topics", ["bad topic!"]), "spec.topics[0]", id="topic-name"),
+        pytest.param(with_("kafka", {}), "spec.kafka.bootstrapServers", id="no-bootstrap"),
+        pytest.param(with_("strategy", {"type": "random"}), "spec.strategy.type", id="unknown-strategy"),
+        pytest.param(
+            with_("strategy", {"autoOffsetReset": "none"}), "spec.strategy.autoOffsetReset", id="offset-reset"
+        ),
+        pytest.param(with_("consumers", {"replicas": -1}), "spec.consumers.replicas", id="negative-replicas"),
+        pytest.param(
+            with_("consumers", {"replicas": 2, "autoscale": {"max": 3, "targetLagPerReplica": 1}}),
+            "spec.consumers.autoscale",
+            id="replicas-and-autoscale",
+        ),
+        pytest.param(
+            with_("consumers", {"autoscale": {"min": 5, "max": 3, "targetLagPerReplica": 1}}),
+            "spec.consumers.autoscale.min",
+            id="autoscale-min-above-max",
+        ),
+        pytest.param(
+            with_("consumers", {"delivery": "native"}),
+            "spec.consumers.delivery",
+            id="native-with-lag-strategy",
+        ),
+        pytest.param(
+            with_("consumers", {"replicas": 3, "priorities": {"orders-7": 1}}),
+            "spec.consumers.priorities.orders-7",
+            id="priority-beyond-replicas",
+        ),
+        pytest.param(
+            with_("consumers", {"replicas": 3, "priorities": {"other-0": 1}}),
+            "spec.consumers.priorities.other-0",
+            id="priority-foreign-identity",
+        ),
+        pytest.param(
+            with_("lagSource", {"type": "kafka", "static": {"lags": {"orders": [1]}}}),
+            "spec.lagSource.static",
+            id="static-lags-with-kafka-source",
+        ),
+        pytest.param(
+            with_("lagSource", {"type": "prometheus"}), "spec.lagSource.prometheus", id="prometheus-no-url"
+        ),
+        pytest.param(
+            with_("lagSource", {"type": "static", "static": {"lags": {"refunds": [1]}}}),
+            "spec.lagSource.static.lags.refunds",
+            id="static-lag-unknown-topic",
+        ),
+        pytest.param(
+            with_("lagSource", {"type": "static", "static": {"lags": {"orders": [1, -2]}}}),
+            "spec.lagSource.static.lags.orders[1]",
+            id="negative-lag",
+        ),
+        pytest.param(
+            with_("rebalance", {"interval": "soon"}), "spec.rebalance.interval", id="interval-format"
+        ),
+        pytest.param(
+            with_("rebalance", {"imbalanceThreshold": 0.5}),
+            "spec.rebalance.imbalanceThreshold",
+            id="threshold",
+        ),
+        pytest.param(with_("rebalance", {"approval": "maybe"}), "spec.rebalance.approval", id="approval"),
+        pytest.param(
+            with_("kafka", {"bootstrapServers": "k:1", "properties": {"sasl.password": "x"}}),
+            "spec.kafka.properties.sasl.password",
+            id="secret-in-properties",
+        ),
+        pytest.param(
+            with_("consumers", {"zones": ["a"]}), "spec.consumers.zones", id="zones-without-rack-aware"
+        ),
+    ],
+)
+def test_bad_spec_names_the_field(spec: dict[str, Any], field: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_policy(spec)
+    assert caught.value.field == field
+    assert field in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("60s", 60.0), ("1m30s", 90.0), ("500ms", 0.5), ("2h", 7200.0), ("1.5m", 90.0)],
+)
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text, where="x") == seconds
+
+
+def test_autoscale_sizes_by_lag_within_bounds() -> None:
+    spec = parse_policy(with_("consumers", {"autoscale": {"min": 1, "max": 4, "targetLagPerReplica": 100}}))
+    assert spec.consumers.autoscale is not None
+    assert [spec.consumers.autoscale.replicas_for(lag) for lag in (0, 100, 101, 350, 10_000)] == [
+        1,
+        1,
+        2,
+        4,
+        4,
+    ]

@@ -1,0 +1,103 @@
+"""The planner's target: the engine's answer on the policy's group, with a move budget and triggers."""
+
+from __future__ import annotations
+
+from groupops.assign import get_strategy
+from groupops.model import MemberId, TopicPartition
+from groupops.planner.target import (
+    Identity,
+    TargetRequest,
+    Trigger,
+    build_group,
+    compute_target,
+    limit_moves,
+    rebalance_trigger,
+    scale_down_order,
+)
+
+T = TopicPartition
+
+
+def ids(n: int) -> list[Identity]:
+    return [Identity(name=f"g-{i}", ordinal=i, priority=-(i + 1)) for i in range(n)]
+
+
+def test_range_worked_example() -> None:
+    target = compute_target(TargetRequest(strategy="range", topics={"orders": 4}, members=ids(2)))
+    assert target.assignment == {
+        "g-0": [T("orders", 0), T("orders", 1)],
+        "g-1": [T("orders", 2), T("orders", 3)],
+    }
+    assert target.moves == 0
+
+
+def test_target_is_the_engine_on_the_same_group() -> None:
+    request = TargetRequest(strategy="lag", topics={"t": 6}, members=ids(3), lags={"t": [9, 1, 1, 5, 5, 0]})
+    target = compute_target(request)
+    assert target.engine_assignment == get_strategy("lag")(build_group(request))
+    assert target.stats["total_lag"] == 21
+
+
+def test_move_budget_keeps_the_heaviest_moves() -> None:
+    published = {"g-0": [T("t", p) for p in range(4)], "g-1": []}
+    request = TargetRequest(
+        strategy="range",
+        topics={"t": 4},
+        members=ids(2),
+        published=published,
+        lags={"t": [1, 1, 7, 3]},
+        max_moves=1,
+    )
+    target = compute_target(request)
+    assert target.moves == 1 and target.deferred == 1
+    assert target.assignment == {"g-0": [T("t", 0), T("t", 1), T("t", 3)], "g-1": [T("t", 2)]}
+
+
+def test_orphans_do_not_count_against_the_budget() -> None:
+    request = TargetRequest(
+        strategy="range", topics={"t": 4}, members=ids(2), published={"g-9": [T("t", 0)]}, max_moves=0
+    )
+    group = build_group(request)
+    assignment, moves, deferred = limit_moves(group, get_strategy("range")(group), 0)
+    assert (moves, deferred) == (0, 0)
+    assert assignment[MemberId("g-0")] == [T("t", 0), T("t", 1)]
+
+
+def test_failover_moves_whole_topics_despite_the_budget() -> None:
+    published = {"g-1": [T("t", p) for p in range(4)]}
+    members = [Identity(name="g-0", ordinal=0, priority=10), Identity(name="g-1", ordinal=1, priority=5)]
+    target = compute_target(
+        TargetRequest(strategy="failover", topics={"t": 4}, members=members, published=published, max_moves=1)
+    )
+    assert target.assignment == {"g-0": [T("t", p) for p in range(4)], "g-1": []}
+
+
+def trigger(**overrides: object) -> Trigger | None:
+    arguments: dict[str, object] = {
+        "published": {"g-0": [T("t", 0), T("t", 1)]},
+        "published_members": ["g-0"],
+        "published_generation": 1,
+        "generation": 1,
+        "members": ["g-0"],
+        "topics": {"t": 2},
+        "imbalance": 1.0,
+        "imbalance_threshold": 1.2,
+        "seconds_since_rebalance": 10.0,
+        "interval_seconds": 60.0,
+    }
+    arguments.update(overrides)
+    return rebalance_trigger(**arguments)  # type: ignore[arg-type]
+
+
+def test_triggers_in_order() -> None:
+    assert trigger() is None
+    assert trigger(published=None) is Trigger.INITIAL
+    assert trigger(generation=2) is Trigger.SPEC_CHANGED
+    assert trigger(members=["g-0", "g-1"]) is Trigger.MEMBERSHIP_CHANGED
+    assert trigger(topics={"t": 3}) is Trigger.PARTITIONS_CHANGED
+    assert trigger(imbalance=1.5) is Trigger.IMBALANCE
+    assert trigger(seconds_since_rebalance=61.0) is Trigger.INTERVAL
+
+
+def test_scale_down_removes_highest_ordinals_first() -> None:
+    assert scale_down_order([0, 1, 2, 3, 4], 2) == [4, 3, 2]
