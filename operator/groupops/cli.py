@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import typer
 
-from groupops.commands import assign
+from groupops.commands import assign, consume, lag, pipeline, snapshot
+from groupops.commands import operator as operator_command
 
 app = typer.Typer(
     name="groupops",
@@ -23,6 +24,11 @@ def _root() -> None:
 
 
 assign.register(app)
+consume.register(app)
+operator_command.register(app)
+lag.register(app)
+pipeline.register(app)
+snapshot.register(app)
 
 
 def main() -> None:

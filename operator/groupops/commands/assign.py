@@ -14,6 +14,7 @@ from rich.table import Table
 
 from groupops.assign import UnknownStrategyError, get_strategy
 from groupops.assign.stats import AssignmentStats, compute_stats
+from groupops.commands import lag as lag_command
 from groupops.commands.errors import fail
 from groupops.contract import InputError, assignment_to_json, parse_group_text
 from groupops.model import Assignment
@@ -29,6 +30,7 @@ def register(app: typer.Typer) -> None:
 
 
 def assign_command(
+    *,
     input_file: Annotated[
         Path | None, typer.Option("--input", "-i", help="Group JSON file (default: standard input).")
     ] = None,
@@ -38,11 +40,26 @@ def assign_command(
     output_format: Annotated[
         OutputFormat, typer.Option("--format", "--output", "-o", help="json for machines, table for people.")
     ] = OutputFormat.json,
+    lag_from_kafka: Annotated[
+        bool, typer.Option("--lag-from-kafka", help="Replace `lags` with the live lag of --group.")
+    ] = False,
+    bootstrap: Annotated[str | None, typer.Option("--bootstrap", help="Kafka bootstrap servers.")] = None,
+    group_id: Annotated[str | None, typer.Option("--group", help="Consumer group whose lag to read.")] = None,
+    auto_offset_reset: Annotated[
+        str, typer.Option("--auto-offset-reset", help="The group's reset policy (live lag only).")
+    ] = "earliest",
+    kafka_config: Annotated[
+        list[str] | None, typer.Option("--kafka-config", help="librdkafka property KEY=VALUE (repeatable).")
+    ] = None,
 ) -> None:
     """Assign one group's partitions with the chosen strategy (contract: DESIGN.md)."""
     text = _read_input(input_file)
     try:
         document_strategy, group = parse_group_text(text)
+        if lag_from_kafka:
+            group = lag_command.live_lags_for_assign(
+                group, bootstrap, group_id, auto_offset_reset=auto_offset_reset, config=kafka_config or []
+            )
         name = strategy or document_strategy
         assignment = get_strategy(name)(group)
     except InputError as e:

@@ -1,0 +1,230 @@
+"""`groupops pipeline <job>`: run one Spark job of groupops.pipeline.jobs.
+
+    groupops pipeline rates|timelag|forecast|plan|backtest|report|generate
+        --input DIR|kafka://topic [--bootstrap B] --out DIR [--master URL]
+        [--window 60s] [--horizon 5m] [--step 60s] [--strategy lag] [--lag current|forecast]
+        [--strategies range,roundrobin,sticky,lag,balanced] [--rows N] [--output table|json]
+
+People get Spark's progress bar (on a terminal) and a rich summary; machines get one JSON
+document with `--output json`. Bad options or input exit 2, Spark failures exit 1, one line each.
+
+spark-submit runs this same file: `spark-submit --master URL $(python -c 'import
+groupops.commands.pipeline as m; print(m.__file__)') forecast --input ... --out ...` (see
+docs/pipeline.md); under spark-submit the master comes from spark-submit unless --master is given.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from groupops.commands.errors import RUNTIME_FAILURE, fail
+
+if TYPE_CHECKING:  # Spark loads only when a job runs
+    from groupops.pipeline.jobs import JobOptions
+
+__all__ = ["pipeline_command", "register", "seconds_option"]
+
+_JOBS_HELP = "generate, rates, timelag, forecast, plan, backtest or report"
+# A rate needs a minute of samples; Burrow's window wants several commits, 10 min at 10 s snapshots.
+_DEFAULT_WINDOW_S = {"rates": 60.0, "forecast": 600.0, "plan": 600.0}
+
+
+class PipelineOutput(StrEnum):
+    table = "table"
+    json = "json"
+
+
+class LagChoice(StrEnum):
+    current = "current"
+    forecast = "forecast"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("pipeline")(pipeline_command)
+
+
+def seconds_option(text: str, option: str) -> float:
+    """A duration option (`10s`, `5m`, `1m30s`) in seconds; exit 2 naming the option when bad."""
+    from groupops.controller.spec import SpecError, parse_duration  # noqa: PLC0415
+
+    try:
+        value = parse_duration(text, where=option)
+    except SpecError as e:
+        fail(f"{e.message} ({option})")
+    if value <= 0:
+        fail(f"must be positive, got {text!r} ({option})")
+    return value
+
+
+def pipeline_command(
+    job: Annotated[str, typer.Argument(help=f"The job: {_JOBS_HELP}.")],
+    *,
+    input_: Annotated[
+        str | None,
+        typer.Option("--input", "-i", help="Snapshots: a Parquet dataset directory, or kafka://topic."),
+    ] = None,
+    out: Annotated[Path, typer.Option("--out", help="Directory for the job's outputs.")] = Path(
+        "pipeline-out"
+    ),
+    bootstrap: Annotated[
+        str | None, typer.Option("--bootstrap", "-b", help="Kafka brokers for a kafka:// input.")
+    ] = None,
+    master: Annotated[
+        str | None, typer.Option("--master", help="Spark master URL (default local[*], or spark-submit's).")
+    ] = None,
+    window: Annotated[
+        str | None, typer.Option("--window", help="rates window (default 60s); forecast look-back (10m).")
+    ] = None,
+    horizon: Annotated[str, typer.Option("--horizon", help="forecast horizon.")] = "5m",
+    step: Annotated[str, typer.Option("--step", help="backtest/report replay step.")] = "60s",
+    strategy: Annotated[str, typer.Option("--strategy", "-s", help="plan strategy.")] = "lag",
+    lag: Annotated[
+        LagChoice, typer.Option("--lag", help="plan on current or forecast lag.")
+    ] = LagChoice.current,
+    strategies: Annotated[
+        str, typer.Option("--strategies", help="backtest strategies, comma separated.")
+    ] = "range,roundrobin,sticky,lag,balanced",
+    rows: Annotated[
+        int,
+        typer.Option(
+            "--rows", help="generate: rows of synthetic history (50 partitions x 1,000 steps a group)."
+        ),
+    ] = 1_000_000,
+    driver_memory: Annotated[str, typer.Option("--driver-memory", help="Spark driver heap.")] = "2g",
+    output: Annotated[
+        PipelineOutput, typer.Option("--output", "-o", help="table for people, json for machines.")
+    ] = PipelineOutput.table,
+) -> None:
+    """Run one pipeline job on PySpark (DESIGN.md "Spark pipeline"; docs/pipeline.md)."""
+    from groupops.assign import UnknownStrategyError, get_strategy  # noqa: PLC0415
+    from groupops.pipeline import jobs, synthetic  # noqa: PLC0415
+    from groupops.pipeline.io import PipelineInputError, parse_input  # noqa: PLC0415
+
+    if job not in jobs.JOB_NAMES:
+        fail(f"unknown job {job!r}: choose one of {', '.join(jobs.JOB_NAMES)} (job)")
+    names = tuple(name.strip() for name in strategies.split(",") if name.strip())
+    for name, option in [(strategy, "--strategy"), *((n, "--strategies") for n in names)]:
+        try:
+            get_strategy(name)
+        except UnknownStrategyError as e:
+            fail(f"{e} ({option})")
+    if rows <= 0:
+        fail(f"must be positive, got {rows} (--rows)")
+    spec = None
+    try:
+        spec = parse_input(input_, bootstrap=bootstrap) if input_ is not None else None
+    except PipelineInputError as e:
+        fail(f"{e.message} ({e.where})")
+    if spec is None and job != "generate":
+        fail(f"job {job!r} reads snapshots: give a directory or kafka://topic (--input)")
+    history = synthetic.HistorySpec(groups=max(1, math.ceil(rows / (50 * 1000))), partitions=50, steps=1000)
+    options = jobs.JobOptions(
+        input=spec,
+        out=out,
+        window_s=seconds_option(window, "--window") if window else _DEFAULT_WINDOW_S.get(job, 60.0),
+        horizon_s=seconds_option(horizon, "--horizon"),
+        step_s=seconds_option(step, "--step"),
+        strategy=strategy,
+        lag=lag.value,
+        strategies=names,
+        history=history,
+    )
+    _run(job, options, master=master, driver_memory=driver_memory, output=output)
+
+
+def _run(
+    job: str, options: JobOptions, *, master: str | None, driver_memory: str, output: PipelineOutput
+) -> None:
+    from py4j.protocol import Py4JError  # type: ignore[import-untyped]  # noqa: PLC0415
+    from pyspark.errors import PySparkException  # noqa: PLC0415
+
+    from groupops.pipeline import jobs  # noqa: PLC0415
+    from groupops.pipeline.io import PipelineInputError  # noqa: PLC0415
+    from groupops.pipeline.session import SessionSettings, build_session  # noqa: PLC0415
+
+    console = Console(stderr=True)
+    under_submit = "PYSPARK_GATEWAY_PORT" in os.environ
+    people = output is PipelineOutput.table
+    settings = SessionSettings(
+        master=master or (None if under_submit else "local[*]"),
+        kafka=options.input is not None and options.input.is_kafka,
+        driver_memory=driver_memory,
+        progress=people and sys.stderr.isatty(),
+    )
+    if people:
+        console.print(
+            f"[bold]groupops pipeline {job}[/] on {settings.master or 'spark-submit master'} → {options.out}"
+        )
+    try:
+        spark = build_session(settings)
+        result = jobs.run_job(job, spark, options)
+    except PipelineInputError as e:
+        fail(f"{e.message} ({e.where})")
+    except (PySparkException, Py4JError, OSError) as e:
+        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        fail(f"Spark job {job!r} failed: {first_line} (spark)", code=RUNTIME_FAILURE)
+    if people:
+        _print_summary(console, result.to_json())
+    else:
+        json.dump(result.to_json(), sys.stdout, default=str, separators=(",", ":"))
+        sys.stdout.write("\n")
+
+
+def _print_summary(console: Console, document: dict[str, Any]) -> None:
+    table = Table(title=f"{document['job']} · {document['seconds']:.1f} s")
+    table.add_column("output")
+    table.add_column("rows", justify="right")
+    table.add_column("path")
+    for name, path in document["outputs"].items():
+        count = document["rows"].get(name)
+        table.add_row(name, "" if count is None else f"{count:,}", path)
+    console.print(table)
+    figures = document["figures"]
+    if "strategies" in figures:
+        scores = Table(title="strategies (mean over groups)")
+        for column in ("strategy", "mean max member lag", "mean imbalance", "moves", "wins"):
+            scores.add_column(column, justify="right")
+        for name, row in sorted(figures["strategies"].items()):
+            if row.get("error"):
+                scores.add_row(name, row["error"], "", "", "")
+                continue
+            scores.add_row(
+                name,
+                f"{row['mean_max_member_lag']:,.0f}",
+                f"{row['mean_imbalance']:.3f}",
+                f"{row['moves']:,}",
+                str(row["wins"]),
+            )
+        console.print(scores)
+    if "status" in figures:
+        console.print("status: " + ", ".join(f"{k} {v}" for k, v in figures["status"].items()))
+        for row in figures.get("flagged", [])[:10]:
+            console.print(
+                f"  {row['status']:<6} {row['group']} {row['topic']}-{row['partition']} lag {row['lag']:,}"
+            )
+    if "slowest_groups" in figures:
+        for row in figures["slowest_groups"]:
+            seconds = row["max_time_lag_s"]
+            shown = "n/a" if seconds is None else f"{seconds:,.1f} s"
+            console.print(f"  {row['group']}: lag {row['lag']:,}, max time lag {shown}")
+    other = {
+        k: v for k, v in figures.items() if k not in {"strategies", "status", "flagged", "slowest_groups"}
+    }
+    if other:
+        console.print(
+            "  ".join(f"{k} {v:,.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in other.items())
+        )
+
+
+if __name__ == "__main__":  # spark-submit entry: the same command alone
+    typer.run(pipeline_command)

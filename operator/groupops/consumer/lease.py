@@ -1,0 +1,369 @@
+"""The replica's Lease `<policy>-<identity>`: take it, renew it every second, report on it, fence.
+
+Who calls it: the runtime (plan and native delivery). One background thread renews; the main
+loop reads `valid_until` before and after every message and `floor` after every batch.
+
+Protocol (the operator's side is `groupops.planner.handoff`; the format is `plan_format`):
+1. acquire: a Lease with no holder, released on exit, or already ours is taken at once (compare-
+   and-swap on its resourceVersion). One held by another process of this identity is taken only
+   after this process has seen it unchanged for the lease duration, as leader election does, so
+   a replacement never runs beside a zombie. The operator creates the Lease; if it is missing and
+   this process may create it (outside the operator), it does.
+2. renew: every `renew_interval_s` (and at once after an acknowledgement, `kick`), write the
+   report (acknowledged epoch, partitions owned, state) with compare-and-swap. A successful write
+   *sent* at t makes the replica valid until t + renew_deadline (< the duration the operator
+   waits), so a replica always stops consuming before the operator may judge it expired.
+3. conflict: someone else wrote. If another incarnation holds it now, `lost` is set (the runtime
+   stops everything and exits). If the operator fenced it (`released-through` above our floor),
+   `floor` rises: the runtime drops everything and applies only plans newer than the floor. Then
+   the write is retried on the fresh object.
+4. release (on exit, after consuming stopped): holder cleared, state `released`, nothing owned,
+   `released-through` = the newest epoch this process has seen, so the operator hands everything
+   over at once instead of waiting for expiry.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from groupops.consumer.errors import KubeConflict, KubeError, KubeForbidden
+from groupops.consumer.kube import KubeClient
+from groupops.consumer.settings import LeaseSettings
+from groupops.model import MemberId, TopicPartition
+from groupops.planner.handoff import LeaseClock
+from groupops.planner.plan_format import (
+    LEASE_RELEASED_THROUGH_ANNOTATION,
+    POLICY_LABEL,
+    LeaseRecord,
+    LeaseState,
+    format_micro_time,
+    lease_record,
+    lease_record_annotations,
+)
+from groupops.planner.wire import LEASE_EPOCH_ANNOTATION
+
+__all__ = ["LeaseKeeper"]
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+
+
+class LeaseKeeper:
+    """Holds one identity's Lease for one process (`incarnation`). Thread-safe reads of
+    `valid_until`, `floor` and `lost`; `report` and `kick` may be called from any thread."""
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        settings: LeaseSettings,
+        *,
+        name: str,
+        policy: str,
+        identity: str,
+        incarnation: str,
+        monotonic: Clock = time.monotonic,
+        wall: Clock = time.time,
+    ) -> None:
+        self._kube = kube
+        self._settings = settings
+        self.name = name
+        self._policy = policy
+        self.identity = identity
+        self.incarnation = incarnation
+        self._monotonic = monotonic
+        self._wall = wall
+        self._lock = threading.Lock()
+        self._record = LeaseRecord(state=LeaseState.STARTING, incarnation=incarnation)
+        self._object: dict[str, Any] | None = None
+        self._kick = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failing_since: float | None = None
+        self.valid_until = 0.0
+        """Monotonic time until which this process may consume (0: not valid)."""
+        self.floor = -1
+        """Plans with an epoch <= floor must not be applied (released or fenced through it)."""
+        self.lost = False
+        """Another incarnation took the Lease: stop everything and exit."""
+        self.renewals = 0
+
+    # -- what the runtime calls ---------------------------------------------------------------------
+
+    def valid(self) -> bool:
+        return not self.lost and self._monotonic() < self.valid_until
+
+    def report(
+        self, *, acked_epoch: int | None, partitions: tuple[TopicPartition, ...], state: LeaseState
+    ) -> None:
+        """What the next renewal writes. The floor is carried along, never dropped."""
+        with self._lock:
+            self._record = LeaseRecord(
+                acked_epoch=acked_epoch,
+                partitions=tuple(sorted(partitions)),
+                state=state,
+                released_through=None if self.floor < 0 else self.floor,
+                incarnation=self.incarnation,
+            )
+
+    def kick(self) -> None:
+        """Renew now (an acknowledgement should not wait up to a renewal interval)."""
+        self._kick.set()
+
+    def acquire(self, stop: threading.Event) -> bool:
+        """Block until this process holds the Lease (True) or `stop` is set (False)."""
+        clock = LeaseClock()
+        waiting_logged = False
+        while not stop.is_set():
+            try:
+                current = self._kube.get_lease(self.name)
+                if current is None:
+                    if self._create():
+                        return True
+                    continue
+                if self._may_take(current, clock) and self._take(current):
+                    return True
+                if not waiting_logged:
+                    holder = (current.get("spec") or {}).get("holderIdentity")
+                    log.info(
+                        "Lease %s is held by %s (another process); waiting for it to expire",
+                        self.name,
+                        holder,
+                    )
+                    waiting_logged = True
+            except KubeForbidden as e:
+                log.warning(
+                    "cannot create Lease %s (%s); waiting for the operator to create it", self.name, e
+                )
+            except KubeError as e:
+                log.warning("acquiring Lease %s failed: %s", self.name, e)
+            stop.wait(min(0.5, self._settings.renew_interval_s))
+        return False
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"lease-{self.identity}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._kick.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self._settings.request_timeout_s * 2 + 1)
+
+    def release(self, *, through: int, acked_epoch: int | None) -> bool:
+        """Final write after consuming stopped: see the module's step 4. Stops renewing first.
+        Returns whether the Lease now says released (False: the API was unreachable; the operator
+        will judge the Lease expired instead)."""
+        self.stop()
+        if self.lost:
+            return False
+        deadline = self._monotonic() + max(3.0, self._settings.request_timeout_s * 3)
+        while self._monotonic() < deadline:
+            with self._lock:
+                floor = max(self.floor, through)
+                record = LeaseRecord(
+                    acked_epoch=acked_epoch,
+                    partitions=(),
+                    state=LeaseState.RELEASED,
+                    released_through=floor,
+                    incarnation=self.incarnation,
+                )
+            body = self._body(record, holder=None)
+            if body is None:
+                return False
+            try:
+                self._object = self._kube.update_lease(body)
+            except KubeConflict:
+                if not self._reread():
+                    return False
+                continue
+            except KubeError as e:
+                log.warning("releasing Lease %s failed: %s", self.name, e)
+                time.sleep(0.2)
+                continue
+            log.info("released Lease %s through epoch %d", self.name, floor)
+            return True
+        return False
+
+    # -- the renewal thread -------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._kick.wait(self._settings.renew_interval_s)
+            self._kick.clear()
+            if self._stop.is_set():
+                return
+            if not self.renew_once() and not self._stop.is_set():
+                # One quick retry: a single dropped request must not cost a whole interval.
+                self._stop.wait(min(0.25, self._settings.renew_interval_s / 2))
+                self.renew_once()
+
+    def renew_once(self) -> bool:
+        """One renewal attempt (compare-and-swap); True when the Lease was written."""
+        for _ in range(2):  # the second pass follows a conflict, on the re-read object
+            with self._lock:
+                record = self._record
+            body = self._body(record, holder=self.identity)
+            if body is None:
+                return False
+            sent = self._monotonic()
+            try:
+                written = self._kube.update_lease(body)
+            except KubeConflict:
+                if not self._reread():
+                    return False
+                continue
+            except KubeError as e:
+                if self._failing_since is None:
+                    self._failing_since = sent
+                    log.warning("renewing Lease %s failed: %s", self.name, e)
+                return False
+            self._written(written, sent)
+            return True
+        return False
+
+    def _written(self, written: dict[str, Any], sent: float) -> None:
+        with self._lock:
+            self._object = written
+        self.valid_until = sent + self._settings.renew_deadline_s
+        self.renewals += 1
+        if self._failing_since is not None:
+            log.info("renewing Lease %s works again after %.1f s", self.name, sent - self._failing_since)
+            self._failing_since = None
+
+    def _reread(self) -> bool:
+        """After a conflict: adopt the stored object, noting a fence or a takeover. False when
+        this process must stop trying (the Lease is gone, taken, or unreadable)."""
+        try:
+            current = self._kube.get_lease(self.name)
+        except KubeError as e:
+            log.warning("re-reading Lease %s failed: %s", self.name, e)
+            return False
+        if current is None:
+            log.warning("Lease %s was deleted; consuming stops until it is back", self.name)
+            with self._lock:
+                self._object = None
+            self.valid_until = 0.0
+            return False
+        record = lease_record((current.get("metadata") or {}).get("annotations"))
+        holder = (current.get("spec") or {}).get("holderIdentity")
+        if record.incarnation not in (None, self.incarnation) or (holder and holder != self.identity):
+            log.error("Lease %s is held by another process (%s) now", self.name, record.incarnation)
+            self.lost = True
+            self.valid_until = 0.0
+            return False
+        if record.released_through is not None and record.released_through > self.floor:
+            log.warning(
+                "Lease %s was fenced through epoch %d by the operator", self.name, record.released_through
+            )
+            self._raise_floor(record.released_through)
+        with self._lock:
+            self._object = current
+        return True
+
+    def _raise_floor(self, floor: int) -> None:
+        with self._lock:
+            self.floor = max(self.floor, floor)
+            self._record = LeaseRecord(
+                acked_epoch=self._record.acked_epoch,
+                partitions=self._record.partitions,
+                state=self._record.state,
+                released_through=self.floor,
+                incarnation=self.incarnation,
+            )
+
+    # -- acquiring ----------------------------------------------------------------------------------
+
+    def _may_take(self, current: dict[str, Any], clock: LeaseClock) -> bool:
+        spec = current.get("spec") or {}
+        record = lease_record((current.get("metadata") or {}).get("annotations"))
+        if record.released_through is not None:
+            self._raise_floor(record.released_through)
+        holder = spec.get("holderIdentity")
+        if not holder or record.state is LeaseState.RELEASED or record.incarnation == self.incarnation:
+            return True
+        # The holder's own renewals move renewTime; the operator's fence (an annotation) does
+        # not, so a fence does not restart the wait.
+        version = str(spec.get("renewTime") or (current.get("metadata") or {}).get("resourceVersion"))
+        clock.observe(MemberId(self.identity), version, self._monotonic())
+        duration = float(spec.get("leaseDurationSeconds") or self._settings.duration_s)
+        return clock.expired(MemberId(self.identity), self._monotonic(), duration)
+
+    def _take(self, current: dict[str, Any]) -> bool:
+        with self._lock:
+            self._object = current
+            record = self._record
+        body = self._body(record, holder=self.identity, acquiring=True)
+        assert body is not None
+        sent = self._monotonic()
+        try:
+            written = self._kube.update_lease(body)
+        except KubeConflict:
+            return False
+        self._written(written, sent)
+        log.info("took Lease %s (floor %d)", self.name, self.floor)
+        return True
+
+    def _create(self) -> bool:
+        now = self._wall()
+        with self._lock:
+            record = self._record
+        body: dict[str, Any] = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": self.name,
+                "namespace": self._kube.namespace,
+                "labels": {POLICY_LABEL: self._policy},
+                "annotations": lease_record_annotations(record, self.identity),
+            },
+            "spec": {
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": self._settings.duration_s,
+                "acquireTime": format_micro_time(now),
+                "renewTime": format_micro_time(now),
+                "leaseTransitions": 0,
+            },
+        }
+        sent = self._monotonic()
+        try:
+            written = self._kube.create_lease(body)
+        except KubeConflict:
+            return False
+        self._written(written, sent)
+        log.info("created and took Lease %s", self.name)
+        return True
+
+    def _body(
+        self, record: LeaseRecord, *, holder: str | None, acquiring: bool = False
+    ) -> dict[str, Any] | None:
+        """The stored object with our fields set: labels, owner references and foreign
+        annotations the operator put there are kept as they are."""
+        with self._lock:
+            if self._object is None:
+                return None
+            body = copy.deepcopy(self._object)
+        now = format_micro_time(self._wall())
+        metadata = body.setdefault("metadata", {})
+        annotations = dict(metadata.get("annotations") or {})
+        for key in (LEASE_EPOCH_ANNOTATION, LEASE_RELEASED_THROUGH_ANNOTATION):
+            annotations.pop(key, None)
+        annotations.update(lease_record_annotations(record, self.identity))
+        metadata["annotations"] = annotations
+        spec = body.setdefault("spec", {})
+        if acquiring:
+            if spec.get("holderIdentity") != holder:
+                spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
+            spec["acquireTime"] = now
+        if holder is None:
+            spec.pop("holderIdentity", None)
+        else:
+            spec["holderIdentity"] = holder
+        spec["leaseDurationSeconds"] = self._settings.duration_s
+        spec["renewTime"] = now
+        return body

@@ -1,0 +1,228 @@
+"""`delivery: native`: the replica joins the group with Kafka's own protocol as a static member
+(`group.instance.id` = its identity) and Kafka's assignor (range, roundrobin or
+cooperative-sticky) decides. The operator manages identities, placement and replica count, and
+compares the engine's prediction with the broker's actual assignment.
+
+Who calls it: `groupops consume` when GROUPOPS_DELIVERY=native.
+
+The Lease is still taken and renewed (the operator judges liveness from it), but it fences
+nothing: Kafka's generations do. The replica also watches the plan ConfigMap, where the operator
+publishes its prediction, and acknowledges every epoch it sees on the Lease as owning nothing in
+the plan's terms (Kafka, not the plan, gave it its partitions): the operator's handoff then never
+waits on a native replica. Reporting Kafka's actual assignment as plan holdings would make the
+handoff treat every difference between prediction and reality as a partition still being
+released, and replan forever. Offsets are stored after the
+callback returns and committed every `commit_interval_s`, synchronously for partitions being
+revoked, and once more on stop. A static member does not leave the group on close, so its
+partitions wait for it until `session.timeout.ms` (the behaviour the failover benchmark
+compares against).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import TopicPartition as KafkaPartition
+
+from groupops.consumer.errors import ConsumerError, KafkaFailure, LeaseLostError
+from groupops.consumer.journal import Journal, open_journal
+from groupops.consumer.kube import KubeClient
+from groupops.consumer.lease import LeaseKeeper
+from groupops.consumer.planwatch import PlanWatcher
+from groupops.consumer.processors import Processor
+from groupops.consumer.runtime import ProcessingError, kafka_config
+from groupops.consumer.settings import NATIVE_STRATEGIES, RuntimeSettings
+from groupops.model import TopicPartition
+from groupops.planner.plan_format import LeaseState
+
+__all__ = ["NativeRuntime"]
+
+log = logging.getLogger(__name__)
+
+_POLL_S = 0.1
+
+
+class NativeRuntime:
+    """One static member of the group. `run()` blocks until `stop()` or a fatal error."""
+
+    def __init__(
+        self, settings: RuntimeSettings, processor: Processor, *, journal: Journal | None = None
+    ) -> None:
+        self.settings = settings
+        self._processor = processor
+        self.incarnation = uuid.uuid4().hex
+        self._journal = journal or open_journal(settings.record_dir, settings.identity, self.incarnation)
+        self._stop = threading.Event()
+        self._consumer: Any = None
+        self._keeper: LeaseKeeper | None = None
+        self._watcher: PlanWatcher | None = None
+        self._owned: frozenset[TopicPartition] = frozenset()
+        self._progress: dict[TopicPartition, int] = {}
+        self._fatal: str | None = None
+        self._last_commit = 0.0
+        self.processed = 0
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        settings = self.settings
+        kube, watch_kube = (
+            KubeClient.connect(
+                settings.namespace, kubeconfig=settings.kubeconfig, timeout_s=settings.lease.request_timeout_s
+            )
+            for _ in range(2)
+        )
+        self._watcher = PlanWatcher(watch_kube, settings.plan_configmap, on_change=self._acknowledge)
+        self._keeper = LeaseKeeper(
+            kube,
+            settings.lease,
+            name=settings.lease_name,
+            policy=settings.policy,
+            identity=settings.identity,
+            incarnation=self.incarnation,
+        )
+        try:
+            if not self._keeper.acquire(self._stop):
+                return
+            self._keeper.report(acked_epoch=None, partitions=(), state=LeaseState.ACTIVE)
+            self._keeper.start()
+            self._watcher.start()
+            config = kafka_config(
+                settings,
+                on_commit=self._on_commit,
+                error_cb=self._on_error,
+                **{"partition.assignment.strategy": NATIVE_STRATEGIES[settings.strategy]},
+            )
+            self._consumer = Consumer(config)
+            self._consumer.subscribe(
+                list(settings.topics),
+                on_assign=self._on_assign,
+                on_revoke=self._on_revoke,
+                on_lost=self._on_lost,
+            )
+            log.info(
+                "identity %s joined group %s as a static member", settings.identity, settings.kafka.group_id
+            )
+            self._loop()
+        finally:
+            self._watcher.stop()
+            self._shutdown()
+            kube.close()
+            watch_kube.close()
+
+    def _loop(self) -> None:
+        assert self._keeper is not None
+        while not self._stop.is_set():
+            if self._fatal is not None:
+                raise KafkaFailure(self._fatal)
+            if self._keeper.lost:
+                raise LeaseLostError(f"Lease {self._keeper.name} is held by another process")
+            for message in self._consumer.consume(num_messages=self.settings.batch_size, timeout=_POLL_S):
+                error = message.error()
+                if error is not None:
+                    if error.fatal():
+                        raise KafkaFailure(f"fatal Kafka error: {error}")
+                    if error.code() != KafkaError._PARTITION_EOF:
+                        log.warning("Kafka: %s", error)
+                    continue
+                self._process(message)
+            if time.monotonic() - self._last_commit >= self.settings.commit_interval_s:
+                self._commit(None, asynchronous=True)
+
+    def _process(self, message: Any) -> None:
+        start = time.time()
+        try:
+            if self._processor.batch is not None:
+                self._processor.batch([message])
+            elif self._processor.one is not None:
+                self._processor.one(message)
+        except Exception as e:
+            raise ProcessingError(f"the processing callback raised {type(e).__name__}: {e}") from e
+        end = time.time()
+        tp = TopicPartition(message.topic(), message.partition())
+        self._progress[tp] = message.offset() + 1
+        self.processed += 1
+        self._journal.processed(tp.topic, tp.partition, message.offset(), start, end)
+
+    def _commit(self, partitions: set[TopicPartition] | None, *, asynchronous: bool) -> None:
+        self._last_commit = time.monotonic()
+        chosen = {tp: o for tp, o in self._progress.items() if partitions is None or tp in partitions}
+        if not chosen:
+            return
+        offsets = [KafkaPartition(tp.topic, tp.partition, o) for tp, o in sorted(chosen.items())]
+        try:
+            result = self._consumer.commit(offsets=offsets, asynchronous=asynchronous)
+        except KafkaException as e:
+            log.warning("commit failed: %s", e)
+            return
+        if not asynchronous and result:
+            self._on_commit(None, result)
+
+    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        # Replaced, never mutated: the plan watcher's thread reads it.
+        self._owned = self._owned | {TopicPartition(p.topic, p.partition) for p in partitions}
+        self._report("assign", partitions)
+
+    def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
+        revoked = {TopicPartition(p.topic, p.partition) for p in partitions}
+        self._commit(revoked, asynchronous=False)
+        self._forget(revoked)
+        self._report("revoke", partitions)
+
+    def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
+        self._forget({TopicPartition(p.topic, p.partition) for p in partitions})
+        self._report("lost", partitions)
+
+    def _forget(self, partitions: set[TopicPartition]) -> None:
+        self._owned = self._owned - partitions
+        for tp in partitions:
+            self._progress.pop(tp, None)
+
+    def _report(self, kind: str, partitions: list[Any]) -> None:
+        names = sorted(f"{p.topic}-{p.partition}" for p in partitions)
+        self._journal.event(kind, time.time(), parts=names)
+        log.info("%s %d partitions: %s", kind, len(names), ", ".join(names[:12]))
+        self._acknowledge()
+
+    def _acknowledge(self) -> None:
+        """Acknowledge the newest predicted epoch seen (any thread); see the module docstring."""
+        if self._keeper is None or self._watcher is None:
+            return
+        newest = self._watcher.newest_epoch
+        self._keeper.report(
+            acked_epoch=None if newest < 0 else newest, partitions=(), state=LeaseState.ACTIVE
+        )
+        self._keeper.kick()
+
+    def _on_commit(self, error: Any, partitions: list[Any]) -> None:
+        if error is not None:
+            log.warning("commit failed: %s", error)
+            return
+        now = time.time()
+        for p in partitions:
+            if p.error is None and p.offset >= 0:
+                self._journal.committed(p.topic, p.partition, p.offset, now)
+
+    def _on_error(self, error: Any) -> None:
+        if error.fatal():
+            self._fatal = f"fatal Kafka error: {error}"
+
+    def _shutdown(self) -> None:
+        try:
+            if self._consumer is not None:
+                self._commit(None, asynchronous=False)
+                self._consumer.close()
+                self._consumer = None
+        except (KafkaException, RuntimeError, ConsumerError) as e:
+            log.error("closing the consumer failed: %s", e)
+        finally:
+            if self._keeper is not None and not self._keeper.lost:
+                self._keeper.release(through=0, acked_epoch=None)
+            self._journal.event("stop", time.time(), processed=self.processed)
+            self._journal.close()

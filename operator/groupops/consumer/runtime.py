@@ -1,0 +1,428 @@
+"""The plan-following consumer (`delivery: plan`): consume exactly the partitions the operator's
+plan gives this identity, hand them over safely, and stop everything when the Lease is gone.
+
+Who calls it: `groupops consume` (commands/consume.py), one process per identity (pod).
+
+The main loop, one thread, owns the Kafka consumer (confluent-kafka, manual assignment):
+1. Lease lost to another process -> drop everything, exit with LeaseLostError.
+2. Active but the Lease is no longer valid (the last renewal was sent more than the renew
+   deadline ago), or the operator fenced it -> *self-fence*: unassign everything without
+   committing (the work since the last commit is done again by the next owner), report nothing
+   owned, and wait. When the Lease is renewed again, re-read the plan ConfigMap and apply the
+   newest plan above the Lease's floor.
+3. A newer plan epoch -> apply it: for partitions leaving the set, pause (stop fetching), commit
+   what was processed synchronously, `incremental_unassign`; for partitions entering,
+   `incremental_assign` from the committed offset (`auto.offset.reset` when there is none);
+   then acknowledge the epoch and the partitions owned on the Lease (renewed at once).
+4. Consume a batch. Before each message (or batch) the Lease must be valid; the offset is stored
+   only after the callback returned *and* the Lease was still valid then (at-least-once; a
+   callback that outlived the Lease is not accepted and runs again at the next owner).
+5. Every `commit_interval_s`, commit the stored offsets asynchronously.
+
+On stop (SIGTERM): commit synchronously, unassign everything, release the Lease (nothing owned,
+released through the newest epoch seen), close. A graceful stop therefore hands over at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import TopicPartition as KafkaPartition
+
+from groupops.consumer.errors import ConsumerError, KafkaFailure, KubeError, LeaseLostError
+from groupops.consumer.journal import Journal, open_journal
+from groupops.consumer.kube import KubeClient
+from groupops.consumer.lease import LeaseKeeper
+from groupops.consumer.planwatch import PlanWatcher
+from groupops.consumer.processors import Processor
+from groupops.consumer.settings import RuntimeSettings
+from groupops.model import MemberId, TopicPartition
+from groupops.planner.plan_format import LeaseState, PublishedPlan
+
+__all__ = ["PlanRuntime", "ProcessingError", "kafka_config"]
+
+log = logging.getLogger(__name__)
+
+_POLL_S = 0.1
+_SYNC_COMMIT_ATTEMPTS = 3
+_SYNC_COMMIT_TIMEOUT_S = 10.0
+
+
+class ProcessingError(ConsumerError):
+    """The user's callback raised; the message's offset was not stored."""
+
+
+def kafka_config(settings: RuntimeSettings, **callbacks: Any) -> dict[str, Any]:
+    """librdkafka configuration shared by both deliveries: the runtime commits itself (offsets
+    are stored only after processing), the identity is the client id and group.instance.id."""
+    return {
+        **settings.kafka.properties,
+        "bootstrap.servers": settings.kafka.bootstrap_servers,
+        "group.id": settings.kafka.group_id,
+        "group.instance.id": settings.identity,
+        "client.id": settings.identity,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": False,
+        "auto.offset.reset": settings.kafka.auto_offset_reset,
+        **callbacks,
+    }
+
+
+def _kafka_partitions(
+    partitions: Iterable[TopicPartition], offsets: dict[TopicPartition, int] | None = None
+) -> list[Any]:
+    if offsets is None:
+        return [KafkaPartition(tp.topic, tp.partition) for tp in sorted(partitions)]
+    return [KafkaPartition(tp.topic, tp.partition, offsets[tp]) for tp in sorted(partitions)]
+
+
+class PlanRuntime:
+    """One plan-following consumer process. `run()` blocks until `stop()` (any thread, e.g. a
+    signal handler) or a fatal error (raised, after releasing what can be released)."""
+
+    def __init__(
+        self, settings: RuntimeSettings, processor: Processor, *, journal: Journal | None = None
+    ) -> None:
+        self.settings = settings
+        self._processor = processor
+        self.incarnation = uuid.uuid4().hex
+        self._journal = journal or open_journal(settings.record_dir, settings.identity, self.incarnation)
+        self._identity = MemberId(settings.identity)
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._consumer: Any = None
+        self._keeper: LeaseKeeper | None = None
+        self._watcher: PlanWatcher | None = None
+        self._kube: KubeClient | None = None
+        self._owned: set[TopicPartition] = set()
+        self._progress: dict[TopicPartition, int] = {}
+        self._committed: dict[TopicPartition, int] = {}
+        self._active = False
+        self._applied: int | None = None
+        self._floor_seen = -1
+        self._needs_refresh = True
+        self._last_commit = 0.0
+        self._fatal: str | None = None
+        self.processed = 0
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        settings = self.settings
+        clients = [
+            KubeClient.connect(
+                settings.namespace, kubeconfig=settings.kubeconfig, timeout_s=settings.lease.request_timeout_s
+            )
+            for _ in range(3)
+        ]
+        self._kube = clients[0]
+        self._keeper = LeaseKeeper(
+            clients[1],
+            settings.lease,
+            name=settings.lease_name,
+            policy=settings.policy,
+            identity=settings.identity,
+            incarnation=self.incarnation,
+        )
+        self._watcher = PlanWatcher(clients[2], settings.plan_configmap, on_change=self._wake.set)
+        try:
+            log.info(
+                "identity %s (process %s) acquiring Lease %s",
+                settings.identity,
+                self.incarnation[:8],
+                settings.lease_name,
+            )
+            if not self._keeper.acquire(self._stop):
+                return
+            self._journal.event("acquired", time.time(), floor=self._keeper.floor)
+            self._keeper.start()
+            self._watcher.start()
+            self._consumer = Consumer(
+                kafka_config(settings, on_commit=self._on_commit, error_cb=self._on_error)
+            )
+            self._loop()
+        finally:
+            self._shutdown()
+            for client in clients:
+                client.close()
+
+    def _loop(self) -> None:
+        keeper = self._keeper
+        assert keeper is not None and self._watcher is not None
+        while not self._stop.is_set():
+            if self._fatal is not None:
+                self._fence(self._fatal)
+                raise KafkaFailure(self._fatal)
+            if keeper.lost:
+                self._fence("another process took the Lease")
+                raise LeaseLostError(
+                    f"Lease {keeper.name} is held by another process of {self.settings.identity}"
+                )
+            if not self._active:
+                self._consumer.poll(0)
+                if keeper.valid():
+                    self._try_resume()
+                if not self._active:
+                    self._wake.wait(_POLL_S)
+                    self._wake.clear()
+                continue
+            if not keeper.valid():
+                self._fence("the Lease was not renewed within the renew deadline")
+                continue
+            if keeper.floor > self._floor_seen:
+                self._fence(f"the operator fenced this identity through epoch {keeper.floor}")
+                continue
+            latest = self._watcher.latest
+            if latest is not None and latest.epoch > (self._applied or -1):
+                self._apply(latest)
+            self._consume_once()
+            if time.monotonic() - self._last_commit >= self.settings.commit_interval_s:
+                self._commit_async()
+
+    def _shutdown(self) -> None:
+        keeper, watcher = self._keeper, self._watcher
+        try:
+            if self._consumer is not None:
+                if self._active and keeper is not None and keeper.valid():
+                    self._commit_sync(self._owned)
+                self._unassign(self._owned)
+                self._owned = set()
+                self._active = False
+        except KafkaException as e:
+            log.error("releasing partitions on stop failed: %s", e)
+        finally:
+            if keeper is not None and not keeper.lost:
+                newest = -1 if watcher is None else watcher.newest_epoch
+                keeper.release(through=max(newest, self._applied or 0), acked_epoch=self._applied)
+            if watcher is not None:
+                watcher.stop()
+            if self._consumer is not None:
+                self._consumer.close()
+                self._consumer = None
+            self._journal.event("stop", time.time(), processed=self.processed)
+            self._journal.close()
+
+    # -- plans --------------------------------------------------------------------------------------
+
+    def _try_resume(self) -> None:
+        """Valid again (or just started): re-read the plan once, then apply the newest plan above
+        the floor as soon as there is one."""
+        keeper, watcher, kube = self._keeper, self._watcher, self._kube
+        assert keeper is not None and watcher is not None and kube is not None
+        if self._needs_refresh:
+            try:
+                configmap = kube.get_configmap(self.settings.plan_configmap)
+            except KubeError as e:
+                log.warning("re-reading the plan failed: %s", e)
+                return
+            if configmap is not None:
+                watcher.offer(configmap)
+            self._needs_refresh = False
+        self._floor_seen = keeper.floor
+        latest = watcher.latest
+        if latest is None or latest.epoch <= keeper.floor:
+            return
+        self._journal.event("resume", time.time(), epoch=latest.epoch, floor=keeper.floor)
+        self._apply(latest)
+
+    def _apply(self, published: PublishedPlan) -> None:
+        mine = set(published.plan.assignment.get(self._identity, ()))
+        leaving = self._owned - mine
+        entering = mine - self._owned
+        if leaving:
+            self._release(leaving)
+        if entering:
+            partitions = _kafka_partitions(entering)
+            self._consumer.incremental_assign(partitions)
+            # librdkafka keeps a partition's pause flag across unassign/assign: one this process
+            # paused when it released it earlier would otherwise never be fetched again.
+            self._consumer.resume(partitions)
+            self._journal.event("assign", time.time(), epoch=published.epoch, parts=_names(entering))
+        self._owned = mine
+        self._applied = published.epoch
+        self._active = True
+        assert self._keeper is not None
+        self._keeper.report(acked_epoch=published.epoch, partitions=tuple(mine), state=LeaseState.ACTIVE)
+        self._keeper.kick()
+        self._journal.event("ack", time.time(), epoch=published.epoch, owned=len(mine))
+        log.info(
+            "applied plan epoch %d: %d owned, %d released, %d assigned",
+            published.epoch,
+            len(mine),
+            len(leaving),
+            len(entering),
+        )
+
+    def _release(self, leaving: set[TopicPartition]) -> None:
+        partitions = _kafka_partitions(leaving)
+        self._consumer.pause(partitions)
+        self._commit_sync(leaving)
+        self._consumer.incremental_unassign(partitions)
+        for tp in leaving:
+            self._progress.pop(tp, None)
+            self._committed.pop(tp, None)
+        self._journal.event("release", time.time(), parts=_names(leaving))
+
+    def _fence(self, reason: str) -> None:
+        if self._active or self._owned:
+            log.warning("stopped consuming everything: %s", reason)
+        self._unassign(self._owned)
+        self._owned = set()
+        self._progress.clear()
+        self._committed.clear()
+        self._active = False
+        self._needs_refresh = True
+        if self._keeper is not None:
+            self._keeper.report(acked_epoch=self._applied, partitions=(), state=LeaseState.STARTING)
+        self._journal.event("fence", time.time(), why=reason)
+
+    def _unassign(self, partitions: set[TopicPartition]) -> None:
+        if partitions and self._consumer is not None:
+            try:
+                self._consumer.incremental_unassign(_kafka_partitions(partitions))
+            except KafkaException as e:
+                log.error("unassigning %d partitions failed: %s", len(partitions), e)
+
+    # -- consuming ----------------------------------------------------------------------------------
+
+    def _still_valid(self) -> bool:
+        keeper = self._keeper
+        assert keeper is not None
+        return keeper.valid() and keeper.floor <= self._floor_seen
+
+    def _consume_once(self) -> None:
+        assert self._keeper is not None
+        timeout = max(0.0, min(_POLL_S, self._keeper.valid_until - time.monotonic()))
+        messages = self._consumer.consume(num_messages=self.settings.batch_size, timeout=timeout)
+        usable = [m for m in messages if self._usable(m)]
+        if not usable:
+            return
+        if self._processor.batch is not None:
+            self._process_batch(usable)
+            return
+        for message in usable:
+            if not self._still_valid():
+                self._fence("the Lease expired before processing")
+                return
+            start = time.time()
+            self._call(self._processor.one, message)
+            end = time.time()
+            if not self._still_valid():
+                self._fence("the Lease expired while processing: result not accepted")
+                return
+            self._accept(message, start, end)
+
+    def _process_batch(self, messages: Sequence[Any]) -> None:
+        if not self._still_valid():
+            self._fence("the Lease expired before processing")
+            return
+        start = time.time()
+        self._call(self._processor.batch, messages)
+        end = time.time()
+        if not self._still_valid():
+            self._fence("the Lease expired while processing: batch not accepted")
+            return
+        for message in messages:
+            self._accept(message, start, end)
+
+    def _call(self, function: Any, argument: Any) -> None:
+        try:
+            function(argument)
+        except Exception as e:
+            raise ProcessingError(f"the processing callback raised {type(e).__name__}: {e}") from e
+
+    def _accept(self, message: Any, start: float, end: float) -> None:
+        tp = TopicPartition(message.topic(), message.partition())
+        if tp not in self._owned:
+            return
+        self._progress[tp] = message.offset() + 1
+        self.processed += 1
+        self._journal.processed(tp.topic, tp.partition, message.offset(), start, end)
+
+    def _usable(self, message: Any) -> bool:
+        error = message.error()
+        if error is None:
+            return True
+        if error.fatal():
+            raise KafkaFailure(f"fatal Kafka error: {error}")
+        if error.code() != KafkaError._PARTITION_EOF:
+            log.warning("Kafka: %s", error)
+        return False
+
+    # -- commits ------------------------------------------------------------------------------------
+
+    def _pending(self, partitions: Iterable[TopicPartition] | None) -> dict[TopicPartition, int]:
+        chosen = (
+            self._progress
+            if partitions is None
+            else {tp: self._progress[tp] for tp in partitions if tp in self._progress}
+        )
+        return {tp: offset for tp, offset in chosen.items() if self._committed.get(tp) != offset}
+
+    def _commit_async(self) -> None:
+        self._last_commit = time.monotonic()
+        pending = self._pending(None)
+        if pending and self._still_valid():
+            try:
+                self._consumer.commit(offsets=_kafka_partitions(pending, pending), asynchronous=True)
+            except KafkaException as e:
+                log.warning("commit failed: %s", e)
+
+    def _commit_sync(self, partitions: Iterable[TopicPartition]) -> bool:
+        pending = self._pending(partitions)
+        for attempt in range(1, _SYNC_COMMIT_ATTEMPTS + 1):
+            if not pending:
+                return True
+            try:
+                result = self._consumer.commit(
+                    offsets=_kafka_partitions(pending, pending), asynchronous=False
+                )
+            except KafkaException as e:
+                log.warning("synchronous commit attempt %d/%d failed: %s", attempt, _SYNC_COMMIT_ATTEMPTS, e)
+                continue
+            self._record_commits(result)
+            pending = {tp: pending[tp] for tp in pending if self._committed.get(tp) != pending[tp]}
+        if pending:
+            log.error(
+                "could not commit %d partitions; their next owner processes some messages again", len(pending)
+            )
+            return False
+        return True
+
+    def _on_commit(self, error: Any, partitions: list[Any]) -> None:
+        if error is not None:
+            log.warning("asynchronous commit failed: %s", error)
+            return
+        self._record_commits(partitions)
+
+    def _record_commits(self, partitions: list[Any]) -> None:
+        now = time.time()
+        for partition in partitions:
+            if partition.error is not None or partition.offset < 0:
+                continue
+            tp = TopicPartition(partition.topic, partition.partition)
+            if tp in self._progress:
+                self._committed[tp] = partition.offset
+            self._journal.committed(tp.topic, tp.partition, partition.offset, now)
+
+    def _on_error(self, error: Any) -> None:
+        if error.fatal():
+            self._fatal = f"fatal Kafka error: {error}"
+            self._wake.set()
+        else:
+            log.debug("Kafka: %s", error)
+
+
+def _names(partitions: Iterable[TopicPartition]) -> list[str]:
+    return [str(tp) for tp in sorted(partitions)]

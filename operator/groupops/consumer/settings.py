@@ -1,0 +1,247 @@
+"""The consumer runtime's settings: nested frozen dataclasses, built once from the environment the
+operator gives every consumer pod (controller/render_pods.py documents it), passed explicitly.
+
+Environment (flags of `groupops consume` override the same names):
+    GROUPOPS_POLICY, GROUPOPS_IDENTITY, GROUPOPS_GROUP_ID       required
+    GROUPOPS_NAMESPACE          default: the pod's ServiceAccount namespace, else "default"
+    GROUPOPS_KAFKA_BOOTSTRAP_SERVERS                            required
+    GROUPOPS_KAFKA_PROPERTIES   JSON object of more librdkafka properties
+    GROUPOPS_KAFKA_AUTH_DIR     directory with one file per secret property (name = property)
+    GROUPOPS_TOPICS             comma-separated; what `native` subscribes to
+    GROUPOPS_DELIVERY           plan (default) | native
+    GROUPOPS_STRATEGY           the policy's strategy; `native` needs range, roundrobin or
+                                cooperative-sticky (Kafka's own assignors)
+    GROUPOPS_AUTO_OFFSET_RESET  where a partition with no committed offset starts (earliest)
+    GROUPOPS_PLAN_CONFIGMAP, GROUPOPS_LEASE_NAME               default: derived from the policy
+    GROUPOPS_LEASE_DURATION_SECONDS (10), GROUPOPS_RENEW_INTERVAL_SECONDS (1),
+    GROUPOPS_RENEW_DEADLINE_SECONDS (3/4 of the duration), GROUPOPS_COMMIT_INTERVAL_SECONDS (1),
+    GROUPOPS_BATCH_SIZE (100), GROUPOPS_PROCESSOR (module:callable), GROUPOPS_RECORD_DIR
+    KUBECONFIG                  outside a cluster; inside, the pod's ServiceAccount is used
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from groupops.consumer.errors import ConsumerConfigError
+from groupops.planner.wire import lease_name, plan_configmap_name
+
+__all__ = [
+    "NATIVE_STRATEGIES",
+    "Delivery",
+    "KafkaClientSettings",
+    "LeaseSettings",
+    "RuntimeSettings",
+]
+
+NATIVE_STRATEGIES = {"range": "range", "roundrobin": "roundrobin", "cooperative-sticky": "cooperative-sticky"}
+"""The policy's strategy name -> librdkafka's `partition.assignment.strategy` value."""
+
+_SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+_RESERVED_KAFKA = frozenset(
+    {"group.id", "group.instance.id", "enable.auto.commit", "enable.auto.offset.store", "bootstrap.servers"}
+)
+
+
+class Delivery(StrEnum):
+    PLAN = "plan"
+    NATIVE = "native"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseSettings:
+    """Lease timing, in seconds.
+
+    duration_s: how long the operator waits, by its own clock, before judging an unrenewed Lease
+    expired; failover takes about this long. renew_interval_s: one renewal per interval (the
+    DESIGN's "every second"). renew_deadline_s: the replica stops consuming everything when its
+    last successful renewal was *sent* longer ago than this; below the duration so the replica
+    has stopped before the operator can judge it expired (leader election's renewDeadline).
+    request_timeout_s: one API request's budget, so a hung connection cannot eat the deadline.
+    """
+
+    duration_s: int = 10
+    renew_interval_s: float = 1.0
+    renew_deadline_s: float = 7.5
+    request_timeout_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.duration_s < 1:
+            raise ConsumerConfigError("GROUPOPS_LEASE_DURATION_SECONDS", "must be at least 1")
+        if not 0 < self.renew_interval_s < self.renew_deadline_s < self.duration_s:
+            raise ConsumerConfigError(
+                "GROUPOPS_RENEW_DEADLINE_SECONDS",
+                f"need 0 < renew interval ({self.renew_interval_s}) < renew deadline "
+                f"({self.renew_deadline_s}) < lease duration ({self.duration_s})",
+            )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KafkaClientSettings:
+    """How to reach Kafka. `properties` are extra librdkafka properties (security, tuning); the
+    runtime owns group.id, group.instance.id and the commit settings and refuses them here."""
+
+    bootstrap_servers: str
+    group_id: str
+    auto_offset_reset: str = "earliest"
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RuntimeSettings:
+    """Everything one consumer process needs. See the module docstring for the sources."""
+
+    policy: str
+    identity: str
+    namespace: str
+    kafka: KafkaClientSettings
+    lease: LeaseSettings = field(default_factory=LeaseSettings)
+    delivery: Delivery = Delivery.PLAN
+    strategy: str = ""
+    topics: tuple[str, ...] = ()
+    plan_configmap: str = ""
+    lease_name: str = ""
+    commit_interval_s: float = 1.0
+    batch_size: int = 100
+    processor: str | None = None
+    record_dir: Path | None = None
+    kubeconfig: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.plan_configmap:
+            object.__setattr__(self, "plan_configmap", plan_configmap_name(self.policy))
+        if not self.lease_name:
+            object.__setattr__(self, "lease_name", lease_name(self.policy, self.identity))
+        if self.delivery is Delivery.NATIVE:
+            if self.strategy not in NATIVE_STRATEGIES:
+                raise ConsumerConfigError(
+                    "GROUPOPS_STRATEGY",
+                    f"delivery native needs one of {', '.join(NATIVE_STRATEGIES)}, got {self.strategy!r}",
+                )
+            if not self.topics:
+                raise ConsumerConfigError(
+                    "GROUPOPS_TOPICS", "delivery native needs the topics to subscribe to"
+                )
+        if self.batch_size < 1:
+            raise ConsumerConfigError("GROUPOPS_BATCH_SIZE", "must be at least 1")
+        if self.commit_interval_s <= 0:
+            raise ConsumerConfigError("GROUPOPS_COMMIT_INTERVAL_SECONDS", "must be positive")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> RuntimeSettings:
+        """Build from the environment (os.environ by default); ConsumerConfigError names the
+        variable that is missing or wrong."""
+        source = os.environ if env is None else env
+        policy = _required(source, "GROUPOPS_POLICY")
+        identity = _required(source, "GROUPOPS_IDENTITY")
+        duration = _int(source, "GROUPOPS_LEASE_DURATION_SECONDS", 10)
+        renew_interval = _float(source, "GROUPOPS_RENEW_INTERVAL_SECONDS", 1.0)
+        lease = LeaseSettings(
+            duration_s=duration,
+            renew_interval_s=renew_interval,
+            renew_deadline_s=_float(source, "GROUPOPS_RENEW_DEADLINE_SECONDS", duration * 0.75),
+            request_timeout_s=_float(
+                source, "GROUPOPS_API_TIMEOUT_SECONDS", max(0.5, min(2.0, duration / 4))
+            ),
+        )
+        kafka = KafkaClientSettings(
+            bootstrap_servers=_required(source, "GROUPOPS_KAFKA_BOOTSTRAP_SERVERS"),
+            group_id=_required(source, "GROUPOPS_GROUP_ID"),
+            auto_offset_reset=source.get("GROUPOPS_AUTO_OFFSET_RESET") or "earliest",
+            properties=_kafka_properties(source),
+        )
+        record_dir = source.get("GROUPOPS_RECORD_DIR")
+        try:
+            delivery = Delivery(source.get("GROUPOPS_DELIVERY") or "plan")
+        except ValueError:
+            raise ConsumerConfigError(
+                "GROUPOPS_DELIVERY", f"expected plan or native, got {source.get('GROUPOPS_DELIVERY')!r}"
+            ) from None
+        return cls(
+            policy=policy,
+            identity=identity,
+            namespace=source.get("GROUPOPS_NAMESPACE") or _pod_namespace(),
+            kafka=kafka,
+            lease=lease,
+            delivery=delivery,
+            strategy=source.get("GROUPOPS_STRATEGY", ""),
+            topics=tuple(t.strip() for t in source.get("GROUPOPS_TOPICS", "").split(",") if t.strip()),
+            plan_configmap=source.get("GROUPOPS_PLAN_CONFIGMAP", ""),
+            lease_name=source.get("GROUPOPS_LEASE_NAME", ""),
+            commit_interval_s=_float(source, "GROUPOPS_COMMIT_INTERVAL_SECONDS", 1.0),
+            batch_size=_int(source, "GROUPOPS_BATCH_SIZE", 100),
+            processor=source.get("GROUPOPS_PROCESSOR") or None,
+            record_dir=Path(record_dir) if record_dir else None,
+            kubeconfig=source.get("KUBECONFIG") or None,
+        )
+
+
+def _required(env: Mapping[str, str], name: str) -> str:
+    value = env.get(name, "").strip()
+    if not value:
+        raise ConsumerConfigError(name, "required and not set")
+    return value
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConsumerConfigError(name, f"expected an integer, got {raw!r}") from None
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConsumerConfigError(name, f"expected a number, got {raw!r}") from None
+
+
+def _kafka_properties(env: Mapping[str, str]) -> dict[str, str]:
+    properties: dict[str, str] = {}
+    raw = env.get("GROUPOPS_KAFKA_PROPERTIES")
+    if raw:
+        try:
+            parsed = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise ConsumerConfigError("GROUPOPS_KAFKA_PROPERTIES", f"not JSON: {e.msg}") from e
+        if not isinstance(parsed, dict):
+            raise ConsumerConfigError("GROUPOPS_KAFKA_PROPERTIES", "expected a JSON object")
+        for key, value in parsed.items():
+            if isinstance(value, dict | list) or value is None:
+                raise ConsumerConfigError("GROUPOPS_KAFKA_PROPERTIES", f"{key}: expected a scalar value")
+            properties[str(key)] = str(value).lower() if isinstance(value, bool) else str(value)
+    auth_dir = env.get("GROUPOPS_KAFKA_AUTH_DIR")
+    if auth_dir:
+        directory = Path(auth_dir)
+        if not directory.is_dir():
+            raise ConsumerConfigError("GROUPOPS_KAFKA_AUTH_DIR", f"not a directory: {directory}")
+        for path in sorted(directory.iterdir()):
+            # Secret volumes hold `..data` links and dot-directories beside the keys.
+            if path.name.startswith(".") or not path.is_file():
+                continue
+            properties[path.name] = path.read_text(encoding="utf-8").strip()
+    reserved = sorted(_RESERVED_KAFKA & set(properties))
+    if reserved:
+        raise ConsumerConfigError(
+            "GROUPOPS_KAFKA_PROPERTIES", f"set by the runtime, not here: {', '.join(reserved)}"
+        )
+    return properties
+
+
+def _pod_namespace() -> str:
+    try:
+        return _SERVICE_ACCOUNT_NAMESPACE.read_text(encoding="utf-8").strip() or "default"
+    except OSError:
+        return "default"

@@ -1,0 +1,145 @@
+"""`timelag`: how many seconds each group is behind on each partition, and per member and group.
+
+Method (the one kafka-lag-exporter uses): the snapshots of a partition's log end offset over time
+form a table of (offset, time) points. The time lag of a group at time t with committed offset c
+is t − τ(c), where τ(c) is the moment the log end offset was c, read from that table by linear
+interpolation between the last point below c and the first point at or above c (the earliest,
+where the log end stood still). Below the oldest point τ is extrapolated with the partition's
+average produce rate over the whole history. A group that is caught up (c ≥ log end) has 0. On a
+linear series log_end = a + r·t this gives exactly lag / r.
+
+In Spark this is an as-of lookup without a range join: history points and queries go into one
+stream per (cluster, topic, partition) ordered by offset; the previous history point comes from a
+running `last(..., ignorenulls)` and the next from the same in reverse order (both frames start
+at the partition's beginning, so each is one pass after the sort). Groups reading the same topic
+share its history.
+
+Outputs: `timelag(snapshots)` one row per snapshot row: cluster, group, topic, partition, member,
+ts, lag, time_lag_s; `timelag_by_member(per_partition)` at each group's latest snapshot: per
+member (and "" for unowned partitions) the partition count, summed lag and the largest time lag;
+`timelag_by_group` the same per group.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as sf
+
+from groupops.pipeline.frames import GROUP_KEYS, TOPIC_PARTITION_KEYS, with_seconds_and_lag
+
+__all__ = ["timelag", "timelag_by_group", "timelag_by_member"]
+
+_HISTORY, _QUERY = 1, 0
+
+
+def timelag(snapshots: DataFrame) -> DataFrame:
+    """Seconds behind for every snapshot row (see the module docstring)."""
+    rows = with_seconds_and_lag(snapshots).withColumn(
+        "consumed", sf.coalesce(sf.col("committed"), sf.col("log_start"))
+    )
+    point = sf.struct(sf.col("offset"), sf.col("t"))
+    history = rows.select(
+        *TOPIC_PARTITION_KEYS,
+        sf.col("log_end").alias("offset"),
+        "t",
+        sf.lit(_HISTORY).alias("kind"),
+        sf.lit(None).cast("string").alias("group"),
+        sf.lit(None).cast("string").alias("member"),
+        sf.lit(None).cast("long").alias("log_end"),
+        sf.lit(None).cast("long").alias("lag"),
+    )
+    queries = rows.select(
+        *TOPIC_PARTITION_KEYS,
+        sf.col("consumed").alias("offset"),
+        "t",
+        sf.lit(_QUERY).alias("kind"),
+        "group",
+        "member",
+        "log_end",
+        "lag",
+    )
+    stream = history.unionByName(queries)
+    is_history = sf.col("kind") == _HISTORY
+    history_point = sf.when(is_history, point)
+    ascending = Window.partitionBy(*TOPIC_PARTITION_KEYS).orderBy("offset", "kind", "t")
+    descending = Window.partitionBy(*TOPIC_PARTITION_KEYS).orderBy(
+        sf.col("offset").desc(), sf.col("kind").desc(), sf.col("t").desc()
+    )
+    whole = Window.partitionBy(*TOPIC_PARTITION_KEYS)
+    located = stream.select(
+        "*",
+        sf.last(history_point, ignorenulls=True)
+        .over(ascending.rowsBetween(Window.unboundedPreceding, -1))
+        .alias("before"),
+        sf.last(history_point, ignorenulls=True)
+        .over(descending.rowsBetween(Window.unboundedPreceding, Window.currentRow))
+        .alias("after"),
+        sf.min(sf.when(is_history, sf.col("t"))).over(whole).alias("first_t"),
+        sf.max(sf.when(is_history, sf.col("t"))).over(whole).alias("last_t"),
+        sf.min(sf.when(is_history, sf.col("offset"))).over(whole).alias("first_offset"),
+        sf.max(sf.when(is_history, sf.col("offset"))).over(whole).alias("last_offset"),
+    ).where(sf.col("kind") == _QUERY)
+
+    b_offset, b_t = sf.col("before.offset"), sf.col("before.t")
+    a_offset, a_t = sf.col("after.offset"), sf.col("after.t")
+    history_span = sf.col("last_t") - sf.col("first_t")
+    average_rate = sf.when(history_span > 0, (sf.col("last_offset") - sf.col("first_offset")) / history_span)
+    interpolated = b_t + (sf.col("offset") - b_offset) * (a_t - b_t) / (a_offset - b_offset)
+    extrapolated = a_t - (a_offset - sf.col("offset")) / average_rate
+    produced_at = (
+        sf.when(sf.col("after").isNull(), sf.lit(None))
+        .when(a_offset == sf.col("offset"), a_t)
+        .when(sf.col("before").isNull(), sf.when(average_rate > 0, extrapolated))
+        .otherwise(interpolated)
+    )
+    time_lag = (
+        sf.when(sf.col("offset") >= sf.col("log_end"), sf.lit(0.0))
+        .otherwise(sf.greatest(sf.lit(0.0), sf.col("t") - produced_at))
+        .cast("double")
+    )
+    return located.select(
+        "cluster",
+        "group",
+        "topic",
+        "partition",
+        "member",
+        sf.timestamp_seconds("t").alias("ts"),
+        "lag",
+        time_lag.alias("time_lag_s"),
+    )
+
+
+def _latest(per_partition: DataFrame) -> DataFrame:
+    newest = sf.max("ts").over(Window.partitionBy(*GROUP_KEYS))
+    return per_partition.withColumn("group_ts", newest).where(sf.col("ts") == sf.col("group_ts"))
+
+
+def timelag_by_member(per_partition: DataFrame) -> DataFrame:
+    """At each group's latest snapshot: per member, partitions, lag and the largest time lag."""
+    return (
+        _latest(per_partition)
+        .withColumn("member", sf.coalesce(sf.col("member"), sf.lit("")))
+        .groupBy(*GROUP_KEYS, "member")
+        .agg(
+            sf.max("ts").alias("ts"),
+            sf.count(sf.lit(1)).alias("partitions"),
+            sf.sum("lag").alias("lag"),
+            sf.max("time_lag_s").alias("max_time_lag_s"),
+        )
+    )
+
+
+def timelag_by_group(per_partition: DataFrame) -> DataFrame:
+    """At each group's latest snapshot: partitions, total lag, largest and mean time lag."""
+    return (
+        _latest(per_partition)
+        .groupBy(*GROUP_KEYS)
+        .agg(
+            sf.max("ts").alias("ts"),
+            sf.count(sf.lit(1)).alias("partitions"),
+            sf.sum("lag").alias("lag"),
+            sf.max("time_lag_s").alias("max_time_lag_s"),
+            sf.avg("time_lag_s").alias("mean_time_lag_s"),
+        )
+        .orderBy(*GROUP_KEYS)
+    )

@@ -1,0 +1,203 @@
+"""The whole product on the test stack, for the handoff and failover e2e tests: the real
+operator (`groupops operator`, a subprocess), the kubelet harness running one `groupops
+consume` per pod it creates, the real broker, and the journal audit.
+
+`policy_stack(...)` builds one: its own namespace, topic and group; the operator watching that
+namespace with the given lease duration; the harness writing journals to `record_dir`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.e2e.kube_api import KubeApi
+from tests.e2e.kubelet import Kubelet
+from tests.e2e.operator_support import Kubectl, OperatorProcess, create_namespace, install_crd, kubetool
+from tests.e2e.runtime_support import create_topic
+
+from groupops.consumer.audit import AuditReport, audit, load_journals
+from groupops.model import MemberId, TopicPartition
+from groupops.planner.plan_format import PublishedPlan, lease_record, plan_from_configmap
+from groupops.planner.wire import lease_name, plan_configmap_name
+
+
+@dataclass
+class PolicyStack:
+    api: KubeApi
+    kubectl: Kubectl
+    namespace: str
+    name: str
+    group_id: str
+    topic: str
+    partitions: int
+    bootstrap: str
+    operator: OperatorProcess
+    kubelet: Kubelet
+    workdir: Path
+    lease_seconds: int
+
+    @property
+    def record_dir(self) -> Path:
+        return self.kubelet.record_dir
+
+    def identity(self, ordinal: int) -> str:
+        return f"{self.group_id}-{ordinal}"
+
+    def pod(self, ordinal: int) -> str:
+        return f"{self.name}-{ordinal}"
+
+    def policy(self, **spec: Any) -> dict[str, Any]:
+        document: dict[str, Any] = {
+            "apiVersion": "groupops.dev/v1alpha1",
+            "kind": "ConsumerGroupPolicy",
+            "metadata": {"name": self.name},
+            "spec": {
+                "kafka": {"bootstrapServers": self.bootstrap},
+                "groupId": self.group_id,
+                "topics": [self.topic],
+                "strategy": {"type": "range", "autoOffsetReset": "earliest"},
+                "lagSource": {"type": "kafka"},
+                "consumers": {"replicas": 3},
+            },
+        }
+        document["spec"].update(spec)
+        return document
+
+    def apply(self, **spec: Any) -> None:
+        self.kubectl.apply(self.policy(**spec), self.namespace)
+
+    def plan(self) -> PublishedPlan | None:
+        configmap = self.api.get("ConfigMap", self.namespace, plan_configmap_name(self.name))
+        if configmap is None:
+            return None
+        return plan_from_configmap(configmap.get("data") or {}, configmap["metadata"].get("annotations"))
+
+    def sets(self) -> dict[str, tuple[TopicPartition, ...]]:
+        plan = self.plan()
+        return {} if plan is None else {str(k): tuple(v) for k, v in plan.plan.assignment.items() if v}
+
+    def owner_of_everything(self) -> str | None:
+        sets = self.sets()
+        plan = self.plan()
+        if len(sets) == 1 and plan is not None and not plan.releasing:
+            ((owner, partitions),) = sets.items()
+            return owner if len(partitions) == self.partitions else None
+        return None
+
+    def acked(self, identity: str) -> int | None:
+        lease = self.api.get("Lease", self.namespace, lease_name(self.name, identity))
+        return None if lease is None else lease_record(lease["metadata"].get("annotations")).acked_epoch
+
+    def settled(self, identities: list[str]) -> bool:
+        """A plan with nothing pending, every partition owned, acknowledged by `identities`."""
+        plan = self.plan()
+        if plan is None or plan.releasing:
+            return False
+        owned = sum(len(v) for v in plan.plan.assignment.values())
+        return owned == self.partitions and all(self.acked(i) == plan.epoch for i in identities)
+
+    def status(self) -> dict[str, Any]:
+        policy = self.api.get("ConsumerGroupPolicy", self.namespace, self.name) or {}
+        return dict(policy.get("status") or {})
+
+    def owner_in_plan(self, tp: TopicPartition) -> str | None:
+        plan = self.plan()
+        if plan is None:
+            return None
+        for identity, partitions in plan.plan.assignment.items():
+            if tp in partitions:
+                return str(identity)
+        return None
+
+    def audit(self, produced: list[tuple[str, int, int]]) -> AuditReport:
+        return audit(load_journals(self.record_dir), produced, self.kubelet.faults)
+
+    def wait_processed(self, produced: list[tuple[str, int, int]], timeout: float = 300.0) -> AuditReport:
+        deadline = time.monotonic() + timeout
+        report = self.audit(produced)
+        while report.missing and time.monotonic() < deadline:
+            time.sleep(2.0)
+            report = self.audit(produced)
+        missing = sorted({(t, p) for t, p, _ in report.missing})
+        assert not report.missing, (
+            f"{report.summary()}; partitions missing messages {missing}\n{self.diagnostics()}"
+        )
+        return report
+
+    def diagnostics(self) -> str:
+        parts = [f"--- operator\n{self.operator.log_tail(30)}"]
+        for run in self.kubelet.history[-8:]:
+            parts.append(f"--- {run.name} ({run.identity})\n{run.process.log_tail(12)}")
+        parts.append(f"--- harness errors: {self.kubelet.errors[-5:]}")
+        return "\n".join(parts)
+
+
+@contextmanager
+def policy_stack(
+    *,
+    kube_config: str,
+    kafka_bootstrap: str,
+    unique_name: Any,
+    tmp_path: Path,
+    partitions: int,
+    lease_seconds: int = 4,
+    extra_env: Mapping[str, str] | None = None,
+    restart_delay: float = 1.0,
+) -> Iterator[PolicyStack]:
+    kubetool("kubectl")
+    kubectl = Kubectl(kube_config)
+    install_crd(kubectl)
+    namespace = unique_name("handoff")
+    create_namespace(kubectl, namespace)
+    topic = unique_name("orders")
+    create_topic(kafka_bootstrap, topic, partitions)
+    api = KubeApi(kube_config)
+    operator = OperatorProcess(
+        kubeconfig=kube_config,
+        namespace=namespace,
+        log_path=tmp_path / "operator.log",
+        extra=["--lease-duration", str(lease_seconds)],
+    )
+    kubelet = Kubelet(
+        api=api,
+        namespace=namespace,
+        workdir=tmp_path / "pods",
+        record_dir=tmp_path / "journal",
+        extra_env=dict(extra_env or {}),
+        restart_delay=restart_delay,
+    )
+    stack = PolicyStack(
+        api=api,
+        kubectl=kubectl,
+        namespace=namespace,
+        name="orders",
+        group_id=unique_name("processor"),
+        topic=topic,
+        partitions=partitions,
+        bootstrap=kafka_bootstrap,
+        operator=operator,
+        kubelet=kubelet,
+        workdir=tmp_path,
+        lease_seconds=lease_seconds,
+    )
+    kubelet.start()
+    operator.start()
+    try:
+        yield stack
+    finally:
+        operator.stop()
+        kubelet.stop()
+        api.close()
+
+
+def partition(stack: PolicyStack, number: int) -> TopicPartition:
+    return TopicPartition(stack.topic, number)
+
+
+def members_of(plan: PublishedPlan) -> dict[MemberId, tuple[TopicPartition, ...]]:
+    return {k: tuple(v) for k, v in plan.plan.assignment.items()}

@@ -1,0 +1,162 @@
+"""Failover by priority on the whole stack (operator + kubelet harness + broker): the live
+replica with the highest priority is active, the others are connected standbys with empty sets.
+
+- A crash (SIGKILL) of the active is detected by Lease expiry (the operator's clock) and the
+  next priority is consuming within the lease duration plus one renewal period (plus a
+  scheduling allowance for a loaded 2-core machine; the benchmark measures it precisely).
+- The crashed replica comes back (the harness restarts it, as a kubelet would): with
+  `failback: true` the partitions move back to it, with `failback: false` they stay.
+- A graceful stop (pod deleted: SIGTERM) hands over at once: well within a long lease duration.
+The journal audit proves no message lost, no overlap, and duplicates only from the crash.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.e2e.consumer_e2e import PolicyStack, policy_stack
+from tests.e2e.runtime_support import SteadyProducer, wait_for
+
+from groupops.consumer.audit import load_journals
+from groupops.planner.plan_format import lease_record
+from groupops.planner.wire import lease_name
+
+pytestmark = pytest.mark.e2e
+
+LEASE_SECONDS = 4
+RENEW_SECONDS = 1
+SCHEDULING_ALLOWANCE_S = 8.0
+"""Time a loaded 2-core machine may add to the protocol's bound (process scheduling, the
+operator's 1 s tick, API latency). The benchmark reports the real figures."""
+STARTUP_S = 240.0
+PARTITIONS = 4
+
+
+def failover_spec(stack: PolicyStack, *, failback: bool) -> dict[str, Any]:
+    return {
+        "strategy": {"type": "failover", "failback": failback, "autoOffsetReset": "earliest"},
+        "lagSource": {"type": "static", "static": {"lags": {stack.topic: [1] * PARTITIONS}}},
+        "consumers": {
+            "replicas": 3,
+            "priorities": {stack.identity(0): 30, stack.identity(1): 20, stack.identity(2): 10},
+        },
+    }
+
+
+def first_processed_by(stack: PolicyStack, identity: str, after: float) -> float | None:
+    starts = [
+        r.start
+        for r in load_journals(stack.record_dir).processed
+        if r.identity == identity and r.start > after
+    ]
+    return min(starts) if starts else None
+
+
+def holder_incarnation(stack: PolicyStack, identity: str) -> str | None:
+    lease = stack.api.get("Lease", stack.namespace, lease_name(stack.name, identity))
+    if lease is None or not (lease.get("spec") or {}).get("holderIdentity"):
+        return None
+    return lease_record(lease["metadata"].get("annotations")).incarnation
+
+
+@pytest.mark.parametrize(
+    "failback", [pytest.param(True, id="failback"), pytest.param(False, id="no-failback")]
+)
+def test_a_crashed_active_is_replaced_by_the_next_priority_within_the_lease_duration(
+    kube_config: str, kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path, failback: bool
+) -> None:
+    with policy_stack(
+        kube_config=kube_config,
+        kafka_bootstrap=kafka_bootstrap,
+        unique_name=unique_name,
+        tmp_path=tmp_path,
+        partitions=PARTITIONS,
+        lease_seconds=LEASE_SECONDS,
+    ) as s:
+        active, standby, last = s.identity(0), s.identity(1), s.identity(2)
+        s.apply(**failover_spec(s, failback=failback))
+        wait_for(
+            "the highest priority active and both standbys acknowledging",
+            lambda: s.owner_of_everything() == active and s.settled([active, standby, last]),
+            STARTUP_S,
+            interval=0.5,
+        )
+        producer = SteadyProducer(s.bootstrap, s.topic, PARTITIONS, total=8000, rate=250).start()
+        wait_for("the active consuming", lambda: first_processed_by(s, active, 0.0), 60, interval=0.5)
+        time.sleep(2.0)
+        old_incarnation = holder_incarnation(s, active)
+
+        crashed_at = time.time()
+        s.kubelet.crash(s.pod(0))
+        wait_for("the next priority owning everything", lambda: s.owner_of_everything() == standby, 120)
+        first = wait_for("the standby consuming", lambda: first_processed_by(s, standby, crashed_at), 60)
+        takeover = first - crashed_at
+        print(
+            f"\ncrash -> standby consuming: {takeover:.2f} s "
+            f"(lease {LEASE_SECONDS} s, renewal {RENEW_SECONDS} s)"
+        )
+        assert takeover <= LEASE_SECONDS + RENEW_SECONDS + SCHEDULING_ALLOWANCE_S
+
+        # The harness restarts the crashed replica: a new process takes its Lease once it expired.
+        wait_for(
+            "the restarted replica holding its Lease",
+            lambda: holder_incarnation(s, active) not in (None, old_incarnation),
+            120,
+        )
+        if failback:
+            wait_for(
+                "the partitions back on the highest priority", lambda: s.owner_of_everything() == active, 120
+            )
+        else:
+            wait_for(
+                "the restarted replica acknowledging as a standby", lambda: s.settled([active, standby]), 120
+            )
+            time.sleep(2 * LEASE_SECONDS)
+            assert s.owner_of_everything() == standby, "without failback the partitions stay where they are"
+
+        report = s.wait_processed(producer.wait().acked)
+        print(f"{report.summary()}; duplicates from this crash: {report.duplicates}")
+        assert report.overlaps == []
+        assert report.unexplained == []
+
+
+def test_a_graceful_stop_hands_over_without_waiting_for_the_lease_to_expire(
+    kube_config: str, kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    long_lease = 30  # a handover faster than this cannot have waited for expiry
+    with policy_stack(
+        kube_config=kube_config,
+        kafka_bootstrap=kafka_bootstrap,
+        unique_name=unique_name,
+        tmp_path=tmp_path,
+        partitions=PARTITIONS,
+        lease_seconds=long_lease,
+    ) as s:
+        active, standby = s.identity(0), s.identity(1)
+        s.apply(**failover_spec(s, failback=False))
+        wait_for(
+            "the active and the standbys acknowledging",
+            lambda: s.owner_of_everything() == active and s.settled([active, standby, s.identity(2)]),
+            STARTUP_S,
+            interval=0.5,
+        )
+        producer = SteadyProducer(s.bootstrap, s.topic, PARTITIONS, total=5000, rate=250).start()
+        wait_for("the active consuming", lambda: first_processed_by(s, active, 0.0), 60, interval=0.5)
+        time.sleep(2.0)
+
+        stopped_at = time.time()
+        s.api.delete("Pod", s.namespace, s.pod(0))
+        wait_for("the standby owning everything", lambda: s.owner_of_everything() == standby, 120)
+        first = wait_for("the standby consuming", lambda: first_processed_by(s, standby, stopped_at), 60)
+        handover = first - stopped_at
+        print(f"\ngraceful stop -> standby consuming: {handover:.2f} s (lease duration {long_lease} s)")
+        assert handover < long_lease
+
+        report = s.wait_processed(producer.wait().acked)
+        print(report.summary())
+        assert report.overlaps == []
+        assert report.unexplained == [], "a graceful stop commits what it processed before releasing"

@@ -1,0 +1,193 @@
+"""The churn test: 200,000 messages with unique ids on 12 partitions, while a 3-replica policy
+goes through at least 50 plan changes: lag-driven replans (strategy `lag`, lag read from the
+broker, skewed and rotating production), scale 3 -> 5 -> 2, two crashes, a freeze, an API cut,
+a rolling template change and an operator restart in the middle of a handoff.
+
+The journal of every process (partition, offset, identity, start, end per message processed)
+proves: every produced message processed at least once; no partition processed by two
+identities in overlapping time; every duplicate explained by a fault of its first processor
+before it committed. The counts are printed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.e2e.consumer_e2e import PolicyStack, policy_stack
+from tests.e2e.runtime_support import SteadyProducer, wait_for
+
+from groupops.consumer.audit import load_journals
+
+pytestmark = pytest.mark.e2e
+
+PARTITIONS = 12
+MESSAGES = 200_000
+RATE = 1_000.0
+LEASE_SECONDS = 4
+MIN_PLAN_CHANGES = 50
+STARTUP_S = 240.0
+
+
+class Timeline:
+    """What the test did, when (printed at the end, and used to explain what the audit sees)."""
+
+    def __init__(self, stack: PolicyStack) -> None:
+        self.stack = stack
+        self.started = time.time()
+        self.events: list[tuple[float, str, int]] = []
+
+    def epoch(self) -> int:
+        plan = self.stack.plan()
+        return 0 if plan is None else plan.epoch
+
+    def note(self, what: str) -> None:
+        self.events.append((time.time() - self.started, what, self.epoch()))
+        print(f"  t={self.events[-1][0]:6.1f}s epoch {self.events[-1][2]:3d}  {what}", flush=True)
+
+
+def patch_policy(stack: PolicyStack, spec: dict[str, Any]) -> None:
+    stack.api.patch("ConsumerGroupPolicy", stack.namespace, stack.name, {"spec": spec})
+
+
+def running_pod(stack: PolicyStack, preferred: list[int]) -> str:
+    """The first of the preferred ordinals whose pod runs a process now."""
+    names = stack.kubelet.pod_names()
+    for ordinal in preferred:
+        if stack.pod(ordinal) in names:
+            return stack.pod(ordinal)
+    raise AssertionError(f"none of {preferred} runs; running: {names}")
+
+
+def wait_running(stack: PolicyStack, count: int) -> None:
+    wait_for(
+        f"{count} consumer processes", lambda: len(stack.kubelet.pod_names()) == count, 180, interval=0.5
+    )
+
+
+def test_churn_loses_nothing_and_never_shares_a_partition(
+    kube_config: str, kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    with policy_stack(
+        kube_config=kube_config,
+        kafka_bootstrap=kafka_bootstrap,
+        unique_name=unique_name,
+        tmp_path=tmp_path,
+        partitions=PARTITIONS,
+        lease_seconds=LEASE_SECONDS,
+        # Slower consumers than the hot partitions: lag builds up where production is hot.
+        extra_env={"GROUPOPS_PROCESSOR": "groupops.consumer.processors:sleep_1ms"},
+    ) as s:
+        s.apply(
+            strategy={"type": "lag", "autoOffsetReset": "earliest"},
+            lagSource={"type": "kafka"},
+            rebalance={"interval": "4s", "imbalanceThreshold": 1.1},
+            consumers={"replicas": 3},
+        )
+        wait_for(
+            "3 replicas acknowledging the first plan",
+            lambda: s.settled([s.identity(i) for i in range(3)]),
+            STARTUP_S,
+            interval=0.5,
+        )
+        timeline = Timeline(s)
+        first_epoch = timeline.epoch()
+        timeline.note("settled with 3 replicas")
+        producer = SteadyProducer(
+            s.bootstrap, s.topic, PARTITIONS, total=MESSAGES, rate=RATE, hot_share=0.6, hot_rotation_s=15
+        ).start()
+
+        time.sleep(8)
+        patch_policy(s, {"consumers": {"replicas": 5}})
+        timeline.note("scale 3 -> 5")
+        wait_running(s, 5)
+
+        time.sleep(8)
+        pod = running_pod(s, [1, 0])
+        s.kubelet.crash(pod)
+        timeline.note(f"crash {pod}")
+
+        time.sleep(10)
+        pod = running_pod(s, [2, 3])
+        s.kubelet.freeze(pod)
+        timeline.note(f"freeze {pod}")
+        time.sleep(2.5 * LEASE_SECONDS)
+        s.kubelet.thaw(pod)
+        timeline.note(f"thaw {pod}")
+
+        time.sleep(8)
+        pod = running_pod(s, [3, 4])
+        s.kubelet.cut(pod)
+        timeline.note(f"cut {pod} from the API server")
+        time.sleep(2.5 * LEASE_SECONDS)
+        s.kubelet.restore(pod)
+        timeline.note(f"restore {pod}")
+
+        # The operator dies while a partition is between two owners, and comes back.
+        wait_for(
+            "a handoff in flight",
+            lambda: (p := s.plan()) is not None and bool(p.releasing),
+            120,
+            interval=0.05,
+        )
+        s.operator.kill()
+        timeline.note("operator killed mid-handoff")
+        time.sleep(3)
+        s.operator.start()
+        timeline.note("operator restarted")
+
+        time.sleep(8)
+        patch_policy(s, {"consumers": {"replicas": 2}})
+        timeline.note("scale 5 -> 2")
+        wait_running(s, 2)
+        timeline.note("scaled down to 2")
+
+        old_runs = [s.kubelet.run_of(name) for name in s.kubelet.pod_names()]
+        patch_policy(
+            s, {"consumers": {"replicas": 2, "template": {"metadata": {"labels": {"rollout": "2"}}}}}
+        )
+        timeline.note("rolling template change")
+        wait_for(
+            "both pods replaced, one at a time",
+            lambda: all(run.gone for run in old_runs) and len(s.kubelet.pod_names()) == 2,
+            300,
+            interval=0.5,
+        )
+        timeline.note("template rolled out")
+
+        time.sleep(5)
+        pod = running_pod(s, [0, 1])
+        s.kubelet.crash(pod)
+        timeline.note(f"crash {pod}")
+
+        produced = producer.wait(timeout=900).acked
+        timeline.note("all messages produced")
+        wait_for(
+            f"at least {MIN_PLAN_CHANGES} plan changes",
+            lambda: timeline.epoch() - first_epoch >= MIN_PLAN_CHANGES,
+            300,
+            interval=1.0,
+        )
+        report = s.wait_processed(produced, timeout=600)
+        timeline.note("every message processed")
+
+        journals = load_journals(s.record_dir)
+        fences = [e for e in journals.events if e["k"] == "fence"]
+        plan_changes = timeline.epoch() - first_epoch
+        print(
+            f"\nCHURN: {len(produced)} produced, {report.processed} processed, {report.unique} unique, "
+            f"{len(report.missing)} missing, {report.duplicates} duplicates "
+            f"({report.explained_duplicates} explained by faults, {len(report.unexplained)} unexplained), "
+            f"{len(report.overlaps)} overlapping ownerships; {plan_changes} plan changes "
+            f"(epochs {first_epoch} -> {timeline.epoch()}), {len(s.kubelet.faults)} injected faults, "
+            f"{len(fences)} self-fences, {len(s.kubelet.history)} consumer processes; per identity "
+            f"{dict(sorted(report.per_identity.items()))}"
+        )
+        assert len(produced) == MESSAGES
+        assert report.missing == []
+        assert report.overlaps == [], report.overlaps[:3]
+        assert report.unexplained == [], report.unexplained[:3]
+        assert plan_changes >= MIN_PLAN_CHANGES

@@ -1,0 +1,68 @@
+"""`delivery: native` on the whole stack: the operator runs one pod per identity, each replica
+joins the group as a static member (group.instance.id = its identity) with Kafka's own assignor,
+and the broker's actual assignment (DescribeGroups) equals the operator's prediction (the plan
+it publishes, computed by the same engine) for range and roundrobin."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient
+from tests.e2e.consumer_e2e import policy_stack
+from tests.e2e.runtime_support import wait_for
+
+from groupops.model import TopicPartition
+
+pytestmark = pytest.mark.e2e
+
+PARTITIONS = 7  # not a multiple of the replica count: range and roundrobin differ in the remainder
+
+
+@pytest.mark.parametrize("strategy", ["range", "roundrobin"])
+def test_native_replicas_join_as_static_members_and_kafka_assigns_what_the_operator_predicts(
+    kube_config: str, kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path, strategy: str
+) -> None:
+    with policy_stack(
+        kube_config=kube_config,
+        kafka_bootstrap=kafka_bootstrap,
+        unique_name=unique_name,
+        tmp_path=tmp_path,
+        partitions=PARTITIONS,
+    ) as s:
+        s.apply(
+            strategy={"type": strategy, "autoOffsetReset": "earliest"},
+            lagSource={"type": "static", "static": {"lags": {s.topic: [1] * PARTITIONS}}},
+            consumers={"replicas": 3, "delivery": "native"},
+        )
+        identities = [s.identity(i) for i in range(3)]
+        admin = AdminClient({"bootstrap.servers": s.bootstrap})
+
+        def actual() -> dict[str, list[TopicPartition]] | None:
+            description = admin.describe_consumer_groups([s.group_id])[s.group_id].result(timeout=30)
+            members: list[Any] = list(description.members)
+            assignment = {
+                str(m.group_instance_id): sorted(
+                    TopicPartition(tp.topic, tp.partition) for tp in m.assignment.topic_partitions
+                )
+                for m in members
+            }
+            stable = str(description.state).endswith("STABLE")
+            if (
+                stable
+                and sorted(assignment) == identities
+                and sum(map(len, assignment.values())) == PARTITIONS
+            ):
+                return assignment
+            return None
+
+        def predicted() -> dict[str, list[TopicPartition]] | None:
+            sets = {identity: sorted(tps) for identity, tps in s.sets().items()}
+            return sets if sorted(sets) == identities and sum(map(len, sets.values())) == PARTITIONS else None
+
+        broker = wait_for("a stable group of 3 static members", actual, 300, interval=1.0)
+        operator = wait_for("the operator's plan for the 3 identities", predicted, 120, interval=0.5)
+        print(f"\n{strategy}: broker {broker}\n{strategy}: operator {operator}")
+        assert broker == operator
