@@ -3,9 +3,10 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-CACHE := $(HOME)/.cache/groupops
+GROUPOPS_CACHE ?= $(HOME)/.cache/groupops
+CACHE := $(GROUPOPS_CACHE)
 export PIP_CACHE_DIR := $(CACHE)/pip
-export GROUPOPS_CACHE := $(CACHE)
+export GROUPOPS_CACHE
 export PYSPARK_PYTHON := $(abspath $(PY))
 export SPARK_LOCAL_IP := 127.0.0.1
 INSTALLED := $(VENV)/.installed

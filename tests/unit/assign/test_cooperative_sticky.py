@@ -7,11 +7,11 @@ Every expected assignment below was checked against kafka-clients 4.3.1's Cooper
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
-from sticky_groups import group, groups, member, names
 
 from groupops.assign import get_strategy
 from groupops.assign.invariants import check_assignment
 from groupops.model import Assignment, GroupInput, Member
+from tests.unit.assign.sticky_groups import group, groups, member, names
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from sticky_groups import group, groups, member, names, owning
 
 from groupops.assign import get_strategy
 from groupops.assign.invariants import check_assignment
 from groupops.assign.java_compat import JavaHashSet, java_hashmap_order, java_string_hash
 from groupops.model import Assignment, GroupInput, MemberId, TopicPartition
+from tests.unit.assign.sticky_groups import group, groups, member, names, owning
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FOUR_TOPICS = {"t0": 2, "t1": 2, "t2": 2, "t3": 2}

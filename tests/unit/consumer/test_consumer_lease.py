@@ -237,3 +237,16 @@ def test_without_create_permission_it_waits_for_the_operator() -> None:
     stop.wait = fake_wait  # type: ignore[method-assign]
     assert k.acquire(stop)
     assert len(waits) == 2
+
+
+def test_a_process_stopped_while_waiting_releases_nothing_of_another() -> None:
+    store, clock = LeaseStore(), Clock()
+    first = keeper(store, clock, "first")
+    first.acquire(threading.Event())
+    second = keeper(store, clock, "second")
+    stop = threading.Event()
+    stop.set()
+    assert not second.acquire(stop)
+    assert not second.release(through=3, acked_epoch=None)
+    assert lease_record(annotations(store)).incarnation == "first"
+    assert store.objects[NAME]["spec"]["holderIdentity"] == "g-0"
