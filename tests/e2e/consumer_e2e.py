@@ -15,15 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.kube_api import KubeApi
-from tests.e2e.kubelet import Kubelet
-from tests.e2e.operator_support import Kubectl, OperatorProcess, create_namespace, install_crd, kubetool
-from tests.e2e.runtime_support import create_topic
-
 from groupops.consumer.audit import AuditReport, audit, load_journals
 from groupops.model import MemberId, TopicPartition
 from groupops.planner.plan_format import PublishedPlan, lease_record, plan_from_configmap
 from groupops.planner.wire import lease_name, plan_configmap_name
+from tests.e2e.kube_api import KubeApi
+from tests.e2e.kubelet import Kubelet
+from tests.e2e.operator_support import Kubectl, OperatorProcess, create_namespace, install_crd, kubetool
+from tests.e2e.runtime_support import create_topic
 
 
 @dataclass

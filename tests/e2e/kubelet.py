@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from groupops.consumer.audit import Fault
 from tests.e2e.kube_api import ApiError, KubeApi
 from tests.e2e.runtime_support import (
     ConsumerProcess,
@@ -35,8 +36,6 @@ from tests.e2e.runtime_support import (
     api_server_address,
     proxied_kubeconfig,
 )
-
-from groupops.consumer.audit import Fault
 
 NODE_NAME = "groupops-harness"
 AUTH_MOUNT_PATH = "/etc/groupops/kafka-auth"

@@ -20,8 +20,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.e2e.kube_api import ApiError, KubeApi
-
 from groupops.assign import get_strategy
 from groupops.model import AssignOptions, GroupInput, Member, MemberId, TopicPartition
 from groupops.planner.handoff import LeaseClock, MemberState, identities_to_fence, next_plan
@@ -36,6 +34,7 @@ from groupops.planner.plan_format import (
     render_plan_configmap,
 )
 from groupops.planner.wire import lease_name, plan_configmap_name
+from tests.e2e.kube_api import ApiError, KubeApi
 
 Target = Callable[[Sequence[str]], Mapping[str, Sequence[TopicPartition]]]
 """live identities (sorted) -> the target assignment (every identity that takes part)."""

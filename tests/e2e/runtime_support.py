@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+
 from tests.e2e.kube_api import KubeApi
 
 GROUPOPS = str(Path(sys.executable).parent / "groupops")

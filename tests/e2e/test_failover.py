@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.e2e.consumer_e2e import PolicyStack, policy_stack
-from tests.e2e.runtime_support import SteadyProducer, wait_for
 
 from groupops.consumer.audit import load_journals
 from groupops.planner.plan_format import lease_record
 from groupops.planner.wire import lease_name
+from tests.e2e.consumer_e2e import PolicyStack, policy_stack
+from tests.e2e.runtime_support import SteadyProducer, wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
-from tests.e2e.consumer_e2e import policy_stack
-from tests.e2e.runtime_support import wait_for
 
 from groupops.model import TopicPartition
+from tests.e2e.consumer_e2e import policy_stack
+from tests.e2e.runtime_support import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from tests.e2e.operator_support import CHART, Kubectl, create_namespace, kubetool
 
 pytestmark = pytest.mark.e2e

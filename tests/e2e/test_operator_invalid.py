@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from tests.e2e.operator_support import (
     Kubectl,
     OperatorProcess,

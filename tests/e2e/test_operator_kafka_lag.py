@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+
 from tests.e2e.operator_support import (
     Kubectl,
     OperatorProcess,

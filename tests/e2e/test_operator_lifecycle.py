@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
 from tests.e2e.operator_support import (
     Kubectl,
     OperatorProcess,

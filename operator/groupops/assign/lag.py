@@ -17,11 +17,13 @@ answer is the seed's exactly, in O(P log C) with the sorting done by numpy.
 
 from __future__ import annotations
 
+from itertools import repeat
+
 import numpy as np
 import numpy.typing as npt
 
-from groupops.assign.common import collector_paused, empty_assignment, subscribers_by_topic, topic_partitions
-from groupops.model import Assignment, GroupInput, MemberId, kafka_string_key
+from groupops.assign.common import collector_paused, empty_assignment, subscriber_positions
+from groupops.model import Assignment, GroupInput, Member, TopicPartition, kafka_string_key
 
 NAME = "lag"
 
@@ -32,15 +34,22 @@ _NUMPY_ROUND_MIN_MEMBERS = 48
 def assign(group: GroupInput) -> Assignment:
     assignment = empty_assignment(group)
     by_id = sorted(group.members, key=lambda m: kafka_string_key(m.member_id))
-    subscribed = sorted(subscribers_by_topic(group, by_id).items())
-    with collector_paused(sum(group.topics[topic] for topic, _ in subscribed)):
-        for topic, subscribers in subscribed:
-            count = group.topics[topic]
-            if count == 0:
-                continue
-            lags = np.asarray(group.lags.get(topic, np.zeros(count)), dtype=np.int64)
-            owners = assign_topic(lags, len(subscribers))
-            _append_partitions(assignment, topic, owners, subscribers)
+    positions_by_topic = subscriber_positions(group, by_id)
+    topics = sorted(topic for topic in positions_by_topic if group.topics[topic] > 0)
+    if not topics:
+        return assignment
+    as_array: dict[int, npt.NDArray[np.int64]] = {}  # topics with the same subscribers share a list
+    owners: list[npt.NDArray[np.int64]] = []
+    for topic in topics:
+        positions = positions_by_topic[topic]
+        members = as_array.setdefault(id(positions), np.asarray(positions, dtype=np.int64))
+        lags = np.asarray(group.lags.get(topic, np.zeros(group.topics[topic])), dtype=np.int64)
+        owners.append(members[assign_topic(lags, len(members))])
+    counts = [group.topics[topic] for topic in topics]
+    owner = np.concatenate(owners)
+    topic_of = np.repeat(np.arange(len(topics)), counts)
+    numbers = np.arange(len(owner)) - np.repeat(np.cumsum([0, *counts[:-1]]), counts)
+    _fill(assignment, by_id, owner, np.array(topics, dtype=object)[topic_of], numbers)
     return assignment
 
 
@@ -72,12 +81,20 @@ def assign_topic(lags: npt.NDArray[np.int64], member_count: int) -> npt.NDArray[
     return owners
 
 
-def _append_partitions(
-    assignment: Assignment, topic: str, owners: npt.NDArray[np.int64], subscribers: list[MemberId]
+def _fill(
+    assignment: Assignment,
+    members: list[Member],
+    owner: npt.NDArray[np.int64],
+    topic_names: npt.NDArray[np.object_],
+    numbers: npt.NDArray[np.int64],
 ) -> None:
-    by_owner = np.argsort(owners, kind="stable")
-    boundaries = np.searchsorted(owners[by_owner], np.arange(len(subscribers) + 1))
-    partitions = by_owner.tolist()
-    for index, member_id in enumerate(subscribers):
-        begin, end = int(boundaries[index]), int(boundaries[index + 1])
-        assignment[member_id].extend(topic_partitions(topic, partitions[begin:end]))
+    """Group every partition by owner in one pass; topics were laid out in sorted order, so each
+    member's partitions come out sorted by (topic, partition)."""
+    by_owner = np.argsort(owner, kind="stable")
+    bounds = np.searchsorted(owner[by_owner], np.arange(len(members) + 1)).tolist()
+    with collector_paused(len(owner)):
+        for index, member in enumerate(members):
+            ids = by_owner[bounds[index] : bounds[index + 1]]
+            if len(ids):
+                pairs = zip(topic_names[ids].tolist(), numbers[ids].tolist(), strict=True)
+                assignment[member.member_id] = list(map(tuple.__new__, repeat(TopicPartition), pairs))

@@ -7,12 +7,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from tests.unit.controller.fake_kube import FakeKube
 
 from groupops.controller.events import EventSink
 from groupops.controller.metrics import Metrics
 from groupops.controller.reconcile import Deps, PolicyMemory, ReconcileFailure, reconcile
 from groupops.controller.settings import Settings
+from tests.unit.controller.fake_kube import FakeKube
 
 SPEC: dict[str, Any] = {
     "kafka": {"bootstrapServers": "k:9092"},
