@@ -13,16 +13,14 @@ member that can take a partition, the common case with a numpy fast path.
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import repeat
 
 import numpy as np
 import numpy.typing as npt
 
-from groupops.assign.common import kafka_ordered
+from groupops.assign.common import collector_paused, kafka_ordered
 from groupops.model import Assignment, GroupInput, Member, TopicPartition
 
 __all__ = ["BoolArray", "FloatArray", "IntArray", "Problem", "build_problem", "to_assignment"]
@@ -176,22 +174,9 @@ def _generation(member: Member) -> int:
     return -1 if member.generation is None else member.generation
 
 
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """A million new (str, int) tuples make the cyclic collector run over and over for nothing
-    (they cannot form cycles); pause it for the build and restore the caller's setting."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def to_assignment(group: GroupInput, problem: Problem, owner: IntArray) -> Assignment:
     """Owner array to `{member_id: sorted partitions}`, every member of the group present."""
-    with _collector_paused():
+    with collector_paused(problem.partition_count):
         return _lists(group, problem, owner)
 
 

@@ -23,17 +23,15 @@ What this module reproduces of Kafka's AbstractStickyAssignor (kafka-clients 4.x
 
 from __future__ import annotations
 
-import gc
 import operator
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import chain, repeat
 
 import numpy as np
 import numpy.typing as npt
 
+from groupops.assign.common import collector_paused
 from groupops.assign.java_compat import java_hashmap_order, java_string_hash
 from groupops.model import Assignment, GroupInput, Member, TopicPartition, kafka_string_key
 
@@ -293,29 +291,6 @@ def _rack_info(group: GroupInput, topics: list[str], offsets: IntArray) -> RackI
     )
 
 
-_PROMOTE_AFTER = 100_000
-
-
-@contextmanager
-def _gc_paused(created: int) -> Iterator[None]:
-    """Building `created` small tuples would make the cyclic collector run again and again for
-    no gain (TopicPartitions of str and int form no cycles); pause it, restore the caller's
-    setting. For large results, also move what is now young straight to the old generation
-    (gc.freeze + gc.unfreeze, two list splices): otherwise the next young and middle collections
-    would each walk every new TopicPartition once more only to find it alive. The only effect
-    on other objects is that young cyclic garbage waits for the next full collection."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if created >= _PROMOTE_AFTER:
-            gc.freeze()
-            gc.unfreeze()
-        if was_enabled:
-            gc.enable()
-
-
 def materialize(problem: StickyProblem, owner: IntArray) -> Assignment:
     """Every member with its partitions (`owner[g]` is the member of partition g, -1 for none),
     each list sorted by (topic, partition) as Python orders them. Owned TopicPartitions are
@@ -331,7 +306,7 @@ def materialize(problem: StickyProblem, owner: IntArray) -> Assignment:
     order = order[int(np.count_nonzero(owner < 0)) :]
     sizes = np.bincount(owner[owner >= 0], minlength=len(problem.members))
     bounds = np.concatenate(([0], np.cumsum(sizes))).tolist()
-    with _gc_paused(created=len(order) - len(problem.claim_partition)):
+    with collector_paused(len(order) - len(problem.claim_partition)):
         if len(problem.claim_partition) == 0:
             grouped: list[TopicPartition] = _new_partitions(problem, order)
         else:
@@ -352,26 +327,16 @@ def materialize(problem: StickyProblem, owner: IntArray) -> Assignment:
 
 
 def _new_partitions(problem: StickyProblem, partitions: IntArray) -> list[TopicPartition]:
-    """TopicPartitions for these indices, made by C-level maps (no Python frame per partition)
-    from shared str and int objects: when most partitions are new, all of them in topic order
-    and then picked; otherwise only these."""
-    largest = int(problem.counts.max())
-    if 2 * len(partitions) >= problem.total:
-        numbers = list(range(largest))
-        made = chain.from_iterable(
-            map(tuple.__new__, repeat(TopicPartition), zip(repeat(name, count), numbers[:count], strict=True))
-            for name, count in zip(problem.topics, problem.counts.tolist(), strict=True)
-        )
-        every = np.fromiter(made, dtype=object, count=problem.total)
-        picked: list[TopicPartition] = every[partitions].tolist()
-        return picked
+    """TopicPartitions for these indices, in this order, made by C-level maps (no Python frame
+    per partition). Topic names are shared str objects; partition numbers are shared int
+    objects too when many topics repeat them (creating them in order is cheaper otherwise)."""
     topic_of = problem.topic_of(partitions)
     names = np.array(problem.topics, dtype=object)[topic_of].tolist()
-    offsets = partitions - problem.offsets[topic_of]
-    shared = (
-        np.arange(largest, dtype=np.int64).astype(object)[offsets] if largest <= len(partitions) else offsets
-    )
-    return list(map(tuple.__new__, repeat(TopicPartition), zip(names, shared.tolist(), strict=True)))
+    numbers = partitions - problem.offsets[topic_of]
+    largest = int(problem.counts.max())
+    if 8 * largest <= len(partitions):
+        numbers = np.arange(largest, dtype=np.int64).astype(object)[numbers]
+    return list(map(tuple.__new__, repeat(TopicPartition), zip(names, numbers.tolist(), strict=True)))
 
 
 def _python_position(problem: StickyProblem) -> IntArray | None:
