@@ -8,9 +8,8 @@
 People get Spark's progress bar (on a terminal) and a rich summary; machines get one JSON
 document with `--output json`. Bad options or input exit 2, Spark failures exit 1, one line each.
 
-spark-submit runs this same file: `spark-submit --master URL $(python -c 'import
-groupops.commands.pipeline as m; print(m.__file__)') forecast --input ... --out ...` (see
-docs/pipeline.md); under spark-submit the master comes from spark-submit unless --master is given.
+spark-submit runs the same command through groupops/commands/spark_submit.py (docs/pipeline.md);
+there the master comes from spark-submit unless --master is given.
 """
 
 from __future__ import annotations
@@ -224,7 +223,3 @@ def _print_summary(console: Console, document: dict[str, Any]) -> None:
         console.print(
             "  ".join(f"{k} {v:,.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in other.items())
         )
-
-
-if __name__ == "__main__":  # spark-submit entry: the same command alone
-    typer.run(pipeline_command)

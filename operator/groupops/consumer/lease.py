@@ -92,6 +92,7 @@ class LeaseKeeper:
         self.lost = False
         """Another incarnation took the Lease: stop everything and exit."""
         self.renewals = 0
+        self._held = False
 
     # -- what the runtime calls ---------------------------------------------------------------------
 
@@ -160,8 +161,8 @@ class LeaseKeeper:
         Returns whether the Lease now says released (False: the API was unreachable; the operator
         will judge the Lease expired instead)."""
         self.stop()
-        if self.lost:
-            return False
+        if self.lost or not self._held:
+            return False  # never taken (stopped while waiting): nothing of ours to release
         deadline = self._monotonic() + max(3.0, self._settings.request_timeout_s * 3)
         while self._monotonic() < deadline:
             with self._lock:
@@ -230,6 +231,7 @@ class LeaseKeeper:
     def _written(self, written: dict[str, Any], sent: float) -> None:
         with self._lock:
             self._object = written
+            self._held = True
         self.valid_until = sent + self._settings.renew_deadline_s
         self.renewals += 1
         if self._failing_since is not None:

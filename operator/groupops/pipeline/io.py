@@ -17,11 +17,9 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
-from groupops.pipeline.schema import COLUMNS, json_value_schema, spark_schema
+from groupops.pipeline.schema import COLUMNS, json_value_schema, kafka_target, spark_schema
 
 __all__ = ["InputSpec", "PipelineInputError", "parse_input", "read_snapshots", "write_parquet"]
-
-KAFKA_SCHEME = "kafka://"
 
 
 class PipelineInputError(ValueError):
@@ -48,9 +46,9 @@ class InputSpec:
 
 def parse_input(text: str, *, bootstrap: str | None) -> InputSpec:
     """`DIR`, `kafka://topic` (with --bootstrap) or `kafka://host:port/topic`."""
-    if text.startswith(KAFKA_SCHEME):
-        servers, _, topic = text[len(KAFKA_SCHEME) :].rpartition("/")
-        servers = servers or (bootstrap or "")
+    kafka = kafka_target(text, bootstrap=bootstrap)
+    if kafka is not None:
+        servers, topic = kafka
         if not topic:
             raise PipelineInputError("no topic: write kafka://topic or kafka://host:port/topic", "--input")
         if not servers:

@@ -1,7 +1,7 @@
 """The job entry points: read the input, run the transforms, write the outputs, summarize.
 
 This is the only place (with groupops.pipeline.io and .session) where the pipeline touches files,
-Kafka or a session; `groupops pipeline <job>` and spark-submit (`python -m groupops.pipeline`)
+Kafka or a session; `groupops pipeline <job>` and spark-submit (groupops/commands/spark_submit.py)
 both call `run_job`. Outputs go under `options.out`:
 
     job        writes (Parquet unless said)

@@ -35,12 +35,15 @@ if TYPE_CHECKING:
 __all__ = [
     "COLUMNS",
     "JSON_SCHEMA",
+    "KAFKA_SCHEME",
     "SnapshotRow",
     "arrow_schema",
     "from_json",
     "json_value_schema",
+    "kafka_target",
     "spark_schema",
     "to_json",
+    "utc_date",
 ]
 
 COLUMNS: tuple[str, ...] = (
@@ -92,6 +95,18 @@ JSON_SCHEMA: dict[str, Any] = {
         },
     },
 }
+
+
+KAFKA_SCHEME = "kafka://"
+
+
+def kafka_target(text: str, *, bootstrap: str | None) -> tuple[str, str] | None:
+    """`kafka://topic` → (bootstrap, topic); `kafka://host:port[,...]/topic` → (those brokers,
+    topic); anything else (a path) → None. Either part may come back empty: callers say which."""
+    if not text.startswith(KAFKA_SCHEME):
+        return None
+    servers, _, topic = text[len(KAFKA_SCHEME) :].rpartition("/")
+    return servers or (bootstrap or ""), topic
 
 
 def to_json(row: SnapshotRow) -> bytes:

@@ -39,7 +39,7 @@ from confluent_kafka.cimpl import NewTopic
 from groupops.lag.base import LagSourceConfigError
 from groupops.lag.kafka import GroupOffsets, KafkaLagSettings, KafkaLagSource, UnknownGroupError
 from groupops.model import TopicPartition
-from groupops.pipeline.schema import SnapshotRow, arrow_schema, to_json, utc_date
+from groupops.pipeline.schema import KAFKA_SCHEME, SnapshotRow, arrow_schema, kafka_target, to_json, utc_date
 
 __all__ = [
     "CaptureSettings",
@@ -57,8 +57,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-KAFKA_SCHEME = "kafka://"
 
 
 class SnapshotError(Exception):
@@ -208,13 +206,12 @@ def open_sink(
 ) -> SnapshotSink:
     """`PATH` → ParquetSink; `kafka://topic` → KafkaSink on `bootstrap`; `kafka://host:port/topic`
     → KafkaSink on that cluster."""
-    if not target.startswith(KAFKA_SCHEME):
+    kafka = kafka_target(target, bootstrap=bootstrap)
+    if kafka is None:
         if not target.strip():
             raise SnapshotTargetError("empty target: give a directory or kafka://topic")
         return ParquetSink(Path(target))
-    rest = target[len(KAFKA_SCHEME) :]
-    servers, _, topic = rest.rpartition("/")
-    servers = servers or (bootstrap or "")
+    servers, topic = kafka
     if not topic:
         raise SnapshotTargetError(f"no topic in {target!r}: write kafka://topic or kafka://host:port/topic")
     if not servers:
