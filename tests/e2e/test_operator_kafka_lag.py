@@ -3,7 +3,6 @@ the messages actually waiting, and a topic the cluster does not have is reported
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,9 +16,6 @@ from tests.e2e.operator_support import (
     condition,
     create_namespace,
     groupops_assign,
-    install_crd,
-    kubetool,
-    operator_fixture,
     settled,
     wait_for,
 )
@@ -30,23 +26,10 @@ WAITING = [10, 0, 5, 0]
 
 
 @pytest.fixture
-def kubectl(kube_config: str) -> Kubectl:
-    kubetool("kubectl")
-    client = Kubectl(kube_config)
-    install_crd(client)
-    return client
-
-
-@pytest.fixture
 def namespace(kubectl: Kubectl, unique_name: Any) -> str:
     name: str = unique_name("kafka-lag")
     create_namespace(kubectl, name)
     return name
-
-
-@pytest.fixture
-def operator(kube_config: str, namespace: str, tmp_path: Any) -> Iterator[OperatorProcess]:
-    yield from operator_fixture(kube_config, namespace, tmp_path)
 
 
 @pytest.fixture

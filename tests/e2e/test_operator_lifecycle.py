@@ -4,7 +4,6 @@ deletion. After each step the right objects exist, and the plan's epoch never go
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,9 +14,6 @@ from tests.e2e.operator_support import (
     cgp,
     condition,
     create_namespace,
-    install_crd,
-    kubetool,
-    operator_fixture,
     plan_of,
     settled,
     wait_for,
@@ -44,23 +40,10 @@ def policy(name: str, replicas: int, **spec: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def kubectl(kube_config: str) -> Kubectl:
-    kubetool("kubectl")
-    client = Kubectl(kube_config)
-    install_crd(client)
-    return client
-
-
-@pytest.fixture
 def namespace(kubectl: Kubectl, unique_name: Any) -> str:
     name: str = unique_name("life")
     create_namespace(kubectl, name)
     return name
-
-
-@pytest.fixture
-def operator(kube_config: str, namespace: str, tmp_path: Any) -> Iterator[OperatorProcess]:
-    yield from operator_fixture(kube_config, namespace, tmp_path)
 
 
 class EpochWatch:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,9 +14,6 @@ from tests.e2e.operator_support import (
     OperatorProcess,
     cgp,
     create_namespace,
-    install_crd,
-    kubetool,
-    operator_fixture,
     plan_of,
     settled,
     wait_for,
@@ -27,23 +23,10 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-def kubectl(kube_config: str) -> Kubectl:
-    kubetool("kubectl")
-    client = Kubectl(kube_config)
-    install_crd(client)
-    return client
-
-
-@pytest.fixture
 def namespace(kubectl: Kubectl, unique_name: Any) -> str:
     name: str = unique_name("restart")
     create_namespace(kubectl, name)
     return name
-
-
-@pytest.fixture
-def operator(kube_config: str, namespace: str, tmp_path: Any) -> Iterator[OperatorProcess]:
-    yield from operator_fixture(kube_config, namespace, tmp_path)
 
 
 def manifest(replicas: int, image: str) -> dict[str, Any]:
