@@ -13,7 +13,7 @@ from groupops.lag.base import PartitionOffsets
 from groupops.lag.kafka import GroupOffsets
 from groupops.model import TopicPartition
 from groupops.pipeline import session
-from groupops.pipeline.io import parse_input, read_snapshots
+from groupops.pipeline.io import parse_input, read_snapshots, rows_from_json_values
 from groupops.pipeline.schema import COLUMNS, JSON_SCHEMA, SnapshotRow, from_json, to_json
 from groupops.pipeline.snapshot import ParquetSink, SnapshotTargetError, open_sink, rows_from_offsets
 
@@ -77,6 +77,19 @@ def test_parquet_sink_appends_a_dated_dataset_spark_reads(spark: SparkSession, t
         (3, None, ""),
     ]
     assert list(got[0]) == list(COLUMNS)
+
+
+def test_json_rows_and_parquet_rows_agree_to_the_microsecond(spark: SparkSession, tmp_path: Path) -> None:
+    # x.5 microseconds exactly: Python's round (ParquetSink) goes to even, Spark's round goes up
+    halves = [1763748814.6661545, 1767225600.0000025, 1767225600.0000035]
+    assert [(ts * 1_000_000) % 1 for ts in halves] == [0.5, 0.5, 0.5]
+    rows = [SnapshotRow(**{**ROW, "ts": ts, "partition": i}) for i, ts in enumerate(halves)]
+    ParquetSink(tmp_path / "snapshots").write(rows)
+    from_parquet = read_snapshots(spark, parse_input(str(tmp_path / "snapshots"), bootstrap=None))
+    values = spark.createDataFrame([(to_json(row).decode(),) for row in rows], "value string")
+    from_json_values = rows_from_json_values(values)
+    assert sorted(from_parquet.collect()) == sorted(from_json_values.collect())
+    assert [r["ts"].microsecond for r in from_json_values.orderBy("partition").collect()] == [666154, 2, 4]
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,14 @@ from pyspark.sql import functions as sf
 
 from groupops.pipeline.schema import COLUMNS, json_value_schema, kafka_target, spark_schema
 
-__all__ = ["InputSpec", "PipelineInputError", "parse_input", "read_snapshots", "write_parquet"]
+__all__ = [
+    "InputSpec",
+    "PipelineInputError",
+    "parse_input",
+    "read_snapshots",
+    "rows_from_json_values",
+    "write_parquet",
+]
 
 
 class PipelineInputError(ValueError):
@@ -71,13 +78,21 @@ def read_snapshots(spark: SparkSession, source: InputSpec) -> DataFrame:
             .option("endingOffsets", "latest")
             .load()
         )
-        parsed = raw.select(sf.from_json(sf.col("value").cast("string"), json_value_schema()).alias("row"))
-        rows = parsed.select("row.*").where(sf.col("ts").isNotNull() & sf.col("group").isNotNull())
-        micros = sf.round(sf.col("ts") * 1_000_000).cast("long")  # as ParquetSink rounds
-        return rows.withColumn("ts", sf.timestamp_micros(micros)).select(*COLUMNS)
+        return rows_from_json_values(raw.select(sf.col("value").cast("string").alias("value")))
     schema = spark_schema()
     frame = spark.read.option("basePath", str(source.path)).parquet(str(source.path))
     return frame.select(*[sf.col(field.name).cast(field.dataType) for field in schema.fields])
+
+
+def rows_from_json_values(values: DataFrame) -> DataFrame:
+    """Snapshot rows from a frame with one string column `value` holding KafkaSink's JSON rows.
+
+    `ts` (float seconds) becomes whole microseconds rounded half to even, as ParquetSink's Python
+    `round` does: Spark's `round` rounds half up and would put the same row a microsecond apart."""
+    parsed = values.select(sf.from_json(sf.col("value"), json_value_schema()).alias("row"))
+    rows = parsed.select("row.*").where(sf.col("ts").isNotNull() & sf.col("group").isNotNull())
+    micros = sf.bround(sf.col("ts") * 1_000_000).cast("long")
+    return rows.withColumn("ts", sf.timestamp_micros(micros)).select(*COLUMNS)
 
 
 def write_parquet(frame: DataFrame, path: Path) -> int:
