@@ -17,11 +17,19 @@ from typing import Any
 
 from groupops.consumer.audit import AuditReport, audit, load_journals
 from groupops.model import MemberId, TopicPartition
+from groupops.planner.handoff import DEFAULT_LEASE_DURATION_S
 from groupops.planner.plan_format import PublishedPlan, lease_record, plan_from_configmap
 from groupops.planner.wire import lease_name, plan_configmap_name
 from tests.e2e.kube_api import KubeApi
 from tests.e2e.kubelet import Kubelet
-from tests.e2e.operator_support import Kubectl, OperatorProcess, create_namespace, install_crd, kubetool
+from tests.e2e.operator_support import (
+    TICK_S,
+    Kubectl,
+    OperatorProcess,
+    create_namespace,
+    install_crd,
+    kubetool,
+)
 from tests.e2e.runtime_support import create_topic
 
 
@@ -128,8 +136,26 @@ class PolicyStack:
         )
         return report
 
+    def state(self) -> str:
+        """The plan and every Lease as the API server has them now (for a failed wait)."""
+        plan = self.plan()
+        if plan is None:
+            lines = ["--- plan: none"]
+        else:
+            lines = [f"--- plan {plan.epoch}: {dict(plan.plan.assignment)}; releasing {dict(plan.releasing)}"]
+        for lease in self.api.list("Lease", self.namespace):
+            meta, spec = lease["metadata"], lease.get("spec") or {}
+            notes = {
+                k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith("groupops.dev/")
+            }
+            lines.append(
+                f"--- lease {meta['name']}: holder {spec.get('holderIdentity')!r}, renewed "
+                f"{spec.get('renewTime')}, {notes}"
+            )
+        return "\n".join(lines)
+
     def diagnostics(self) -> str:
-        parts = [f"--- operator\n{self.operator.log_tail(30)}"]
+        parts = [self.state(), f"--- operator\n{self.operator.log_tail(30)}"]
         for run in self.kubelet.history[-8:]:
             parts.append(f"--- {run.name} ({run.identity})\n{run.process.log_tail(12)}")
         parts.append(f"--- harness errors: {self.kubelet.errors[-5:]}")
@@ -144,10 +170,13 @@ def policy_stack(
     unique_name: Any,
     tmp_path: Path,
     partitions: int,
-    lease_seconds: int = 4,
+    lease_seconds: int | None = 4,
+    operator_tick: str | None = TICK_S,
     extra_env: Mapping[str, str] | None = None,
     restart_delay: float = 1.0,
 ) -> Iterator[PolicyStack]:
+    """A namespace with the CRD, a topic, the operator and the kubelet harness. `lease_seconds` or
+    `operator_tick` None: the operator runs with its own default."""
     kubetool("kubectl")
     kubectl = Kubectl(kube_config)
     install_crd(kubectl)
@@ -160,7 +189,8 @@ def policy_stack(
         kubeconfig=kube_config,
         namespace=namespace,
         log_path=tmp_path / "operator.log",
-        extra=["--lease-duration", str(lease_seconds)],
+        extra=[] if lease_seconds is None else ["--lease-duration", str(lease_seconds)],
+        tick=operator_tick,
     )
     kubelet = Kubelet(
         api=api,
@@ -182,7 +212,7 @@ def policy_stack(
         operator=operator,
         kubelet=kubelet,
         workdir=tmp_path,
-        lease_seconds=lease_seconds,
+        lease_seconds=DEFAULT_LEASE_DURATION_S if lease_seconds is None else lease_seconds,
     )
     kubelet.start()
     operator.start()

@@ -14,7 +14,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from tests.e2e.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "crds" / "consumergrouppolicy.yaml"
@@ -86,18 +87,6 @@ class Kubectl:
         return list(document["items"]) if document else []
 
 
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60.0, interval: float = 0.5) -> Any:
-    """Poll until `probe` returns something truthy; fail naming `what` and the last value seen."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -112,6 +101,8 @@ class OperatorProcess:
     namespace: str
     log_path: Path
     extra: list[str] = field(default_factory=list)
+    tick: str | None = TICK_S
+    """The operator's --tick; None runs with the operator's default."""
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
 
@@ -123,8 +114,7 @@ class OperatorProcess:
             "operator",
             "--namespace",
             self.namespace,
-            "--tick",
-            TICK_S,
+            *(["--tick", self.tick] if self.tick is not None else []),
             "--health-port",
             str(free_port()),
             "--metrics-port",

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,20 +26,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.e2e.kube_api import KubeApi
+from tests.e2e.waiting import wait_for
 
 GROUPOPS = str(Path(sys.executable).parent / "groupops")
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = 90.0, interval: float = 0.1) -> Any:
-    """Poll `probe` until it returns something truthy; fail naming `what` and the last value."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last: {last!r}")
 
 
 # -- Kafka ----------------------------------------------------------------------------------------

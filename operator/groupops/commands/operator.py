@@ -14,6 +14,7 @@ from groupops.controller.settings import (
     Settings,
     WatchSettings,
 )
+from groupops.planner.handoff import DEFAULT_LEASE_DURATION_S
 
 
 def register(app: typer.Typer) -> None:
@@ -34,7 +35,7 @@ def operator_command(
     ] = 5.0,
     lease_duration: Annotated[
         int, typer.Option(help="Seconds a consumer Lease lives without renewal.", min=1, max=3600)
-    ] = 10,
+    ] = DEFAULT_LEASE_DURATION_S,
     consumer_image: Annotated[str, typer.Option(help="Image of consumer pods whose template names none.")] = (
         "groupops:0.1.0"
     ),

@@ -29,6 +29,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from groupops.consumer.errors import ConsumerConfigError
+from groupops.planner.handoff import DEFAULT_LEASE_DURATION_S
 from groupops.planner.wire import lease_name, plan_configmap_name
 
 __all__ = [
@@ -65,9 +66,9 @@ class LeaseSettings:
     request_timeout_s: one API request's budget, so a hung connection cannot eat the deadline.
     """
 
-    duration_s: int = 10
+    duration_s: int = DEFAULT_LEASE_DURATION_S
     renew_interval_s: float = 1.0
-    renew_deadline_s: float = 7.5
+    renew_deadline_s: float = 3.0
     request_timeout_s: float = 2.0
 
     def __post_init__(self) -> None:
@@ -139,7 +140,7 @@ class RuntimeSettings:
         source = os.environ if env is None else env
         policy = _required(source, "GROUPOPS_POLICY")
         identity = _required(source, "GROUPOPS_IDENTITY")
-        duration = _int(source, "GROUPOPS_LEASE_DURATION_SECONDS", 10)
+        duration = _int(source, "GROUPOPS_LEASE_DURATION_SECONDS", DEFAULT_LEASE_DURATION_S)
         renew_interval = _float(source, "GROUPOPS_RENEW_INTERVAL_SECONDS", 1.0)
         lease = LeaseSettings(
             duration_s=duration,

@@ -15,11 +15,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from groupops.controller.events import EventSink
-from groupops.controller.identities import LeaseClock
 from groupops.controller.kube import KubeClient
 from groupops.controller.metrics import Metrics
 from groupops.controller.render_common import PolicyRef
 from groupops.controller.settings import Settings
+from groupops.controller.wakeup import Wakeup
+from groupops.planner.handoff import LeaseClock
 
 __all__ = ["Deps", "PolicyLog", "PolicyMemory", "ReconcileFailure", "ReconcileResult", "RunContext", "iso"]
 
@@ -40,6 +41,9 @@ class PolicyMemory:
 
     clock: LeaseClock = field(default_factory=LeaseClock)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    wakeup: Wakeup = field(default_factory=Wakeup)
+    failures: int = 0
+    """Transient failures in a row of the policy's loop (its retry delay doubles with each)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -3,28 +3,43 @@ its outcome into kopf's terms; nothing here decides anything about plans or obje
 
     create / update / resume  -> reconcile (update fires on spec, label and annotation changes,
                                  e.g. the approval annotation; never on our own status writes)
-    timer (every tick)        -> reconcile (lag, liveness, the rebalance interval); skipped when
-                                 another run of the same policy is in progress
+    daemon (one per policy)   -> reconcile every tick (lag, liveness, the rebalance interval), and
+                                 between ticks when a Lease of the policy changed what the plan
+                                 depends on or a held Lease ran out (`wakeup`)
+    event on a policy's Lease -> note it on the policy's LeaseClock; wake its daemon if needed
     delete                    -> remove everything the policy owns (the test stack and some
                                  clusters run no garbage collector, so owner references alone
                                  are not relied on), then kopf lifts the finalizer
 
 Failures: `ReconcileFailure(transient=True)` -> kopf.TemporaryError with a doubling delay (each
-attempt logged with its number); otherwise kopf.PermanentError on change handlers (status already
-says why; the next spec change runs again) and a quiet skip on the timer.
+attempt logged with its number; the daemon waits the same delay); otherwise kopf.PermanentError on
+change handlers (status already says why; the next spec change runs again) and the next tick in
+the daemon.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
 import kopf
 
+from groupops.controller.identities import observe_lease
 from groupops.controller.kube import KubeError
-from groupops.controller.names import API_GROUP, API_VERSION, PLURAL, owned_selector
+from groupops.controller.names import (
+    API_GROUP,
+    API_VERSION,
+    LABEL_MANAGED_BY,
+    LABEL_POLICY,
+    MANAGED_BY,
+    PLURAL,
+    owned_selector,
+)
 from groupops.controller.reconcile import Deps, PolicyMemory, ReconcileFailure, reconcile
+from groupops.controller.wakeup import expiry_due, next_wake
 
 __all__ = ["OWNED_KINDS", "build_registry", "delete_owned"]
 
@@ -41,6 +56,7 @@ OWNED_KINDS = (
 """Deletion order: consumers first, then what they read, then their permissions."""
 
 _LOCK_WAIT_S = 60.0
+_DAEMON_STOP_S = 5.0
 
 
 def _plain(value: Any) -> Any:
@@ -88,17 +104,20 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
         settings.posting.level = logging.WARNING  # our Events say what happened; kopf's would repeat it
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330
+        logging.getLogger("kopf.objects").addFilter(_quiet_lease_events)
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         info: kopf.ConnectionInfo | None = kopf.login_via_client(**kwargs)
         return info
 
-    def run(body: Any, memo: Any, retry: int, *, from_timer: bool) -> None:
+    memories: dict[tuple[str, str], PolicyMemory] = {}
+    """The memory of every policy whose daemon runs, for the Lease watch to reach."""
+
+    def run(body: Any, memo: Any, retry: int) -> None:
+        """A change handler's reconcile: waits for a run in progress; failures go to kopf."""
         memory = _memory(memo)
-        if not memory.lock.acquire(blocking=not from_timer, timeout=-1 if from_timer else _LOCK_WAIT_S):
-            if from_timer:
-                return
+        if not memory.lock.acquire(timeout=_LOCK_WAIT_S):
             raise kopf.TemporaryError("another reconcile of this policy is still running", delay=1.0)
         try:
             result = reconcile(_plain(body), deps, memory)
@@ -107,28 +126,97 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
                 delay = settings.reconcile.backoff(retry + 1)
                 log.info("retry %d of %s in %.0fs: %s", retry + 1, _name(body), delay, failure)
                 raise kopf.TemporaryError(str(failure), delay=delay) from failure
-            if from_timer:
-                return
             raise kopf.PermanentError(str(failure)) from failure
         finally:
             memory.lock.release()
+        memory.failures = 0
         if result.published:
             log.info("%s: epoch %d published (%s)", _name(body), result.epoch, result.trigger)
+
+    def run_in_loop(body: Any, memory: PolicyMemory) -> float | None:
+        """The daemon's reconcile (in a worker thread): returns a retry delay after a transient
+        failure, else None. Never raises: the loop must outlive every failure."""
+        if not memory.lock.acquire(timeout=_LOCK_WAIT_S):
+            return None
+        try:
+            result = reconcile(_plain(body), deps, memory)
+        except ReconcileFailure as failure:
+            if not failure.transient:
+                return None  # status says why; the next tick tries again
+            memory.failures += 1
+            delay = settings.reconcile.backoff(memory.failures)
+            log.info("retry %d of %s in %.0fs: %s", memory.failures, _name(body), delay, failure)
+            return delay
+        except Exception:
+            log.exception("%s: reconcile failed", _name(body))
+            return settings.reconcile.backoff(1)
+        finally:
+            memory.lock.release()
+        memory.failures = 0
+        if result.published:
+            log.info("%s: epoch %d published (%s)", _name(body), result.epoch, result.trigger)
+        return None
 
     @kopf.on.create(*resource, registry=registry)
     @kopf.on.update(*resource, registry=registry)
     @kopf.on.resume(*resource, registry=registry)
     def on_change(*, body: kopf.Body, memo: kopf.Memo, retry: int, **_: Any) -> None:
-        run(body, memo, retry, from_timer=False)
+        run(body, memo, retry)
 
-    @kopf.timer(
-        *resource,
-        interval=settings.reconcile.tick_seconds,
-        initial_delay=settings.reconcile.tick_seconds,
+    @kopf.daemon(*resource, registry=registry, cancellation_timeout=_DAEMON_STOP_S)
+    async def policy_loop(*, body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any) -> None:
+        # `body` is kopf's live view: every run reads the policy as last seen.
+        memory = _memory(memo)
+        key = _key(body)
+        memories[key] = memory
+        loop = asyncio.get_running_loop()
+        tick = settings.reconcile.tick_seconds
+        next_tick = time.monotonic() + tick
+        judged_until = time.monotonic()
+        try:
+            while not stopped:
+                wake_at = next_wake(
+                    now=time.monotonic(), next_tick=next_tick, clock=memory.clock, judged_until=judged_until
+                )
+                woken = await memory.wakeup.wait_until(wake_at)
+                now = time.monotonic()
+                if stopped:
+                    break
+                if not (
+                    woken
+                    or now >= next_tick
+                    or expiry_due(now=now, clock=memory.clock, judged_until=judged_until)
+                ):
+                    continue  # the Lease we woke for was renewed meanwhile
+                delay = await loop.run_in_executor(None, run_in_loop, body, memory)
+                judged_until = now
+                next_tick = time.monotonic() + (delay if delay is not None else tick)
+        finally:
+            if memories.get(key) is memory:
+                del memories[key]
+
+    @kopf.on.event(
+        "coordination.k8s.io",
+        "v1",
+        "leases",
+        labels={LABEL_POLICY: kopf.PRESENT, LABEL_MANAGED_BY: MANAGED_BY},
         registry=registry,
     )
-    def on_tick(*, body: kopf.Body, memo: Any, **kwargs: Any) -> None:
-        run(body, memo, int(kwargs.get("retry") or 0), from_timer=True)
+    async def on_lease(*, type: str | None, body: kopf.Body, **_: Any) -> None:
+        meta = body.get("metadata", {})
+        memory = memories.get((str(meta.get("namespace")), str(meta.get("labels", {}).get(LABEL_POLICY))))
+        if memory is None:
+            return  # its policy's daemon is not running (yet): the policy's first run reads it
+        name = str(meta.get("name"))
+        lease = None if type == "DELETED" else _plain(body)
+        if lease is not None:
+            observe_lease(
+                lease,
+                clock=memory.clock,
+                now=time.monotonic(),
+                duration=settings.reconcile.lease_duration_seconds,
+            )
+        memory.wakeup.note_lease(name, lease)
 
     @kopf.on.delete(*resource, registry=registry)
     def on_delete(*, body: kopf.Body, memo: kopf.Memo, retry: int, **_: Any) -> None:
@@ -146,6 +234,17 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
         log.info("%s/%s deleted with %d owned objects", namespace, name, deleted)
 
     return registry
+
+
+def _quiet_lease_events(record: logging.LogRecord) -> bool:
+    """Drop kopf's "Handler ... on_lease succeeded." line: every renewal of every replica would
+    log one per second."""
+    return not (record.levelno <= logging.INFO and "on_lease" in record.getMessage())
+
+
+def _key(body: Any) -> tuple[str, str]:
+    meta = body.get("metadata", {})
+    return str(meta.get("namespace")), str(meta.get("name"))
 
 
 def _name(body: Any) -> str:

@@ -12,8 +12,11 @@ Pure (the clock is an argument). The reconcile reads pods and Leases, then asks 
    stale pod with the lowest ordinal (pods are replaced one at a time);
 4. members (take part in the plan): slots not draining and not expired; when at least one of them
    is live, only the live ones (a replica joins the plan when its consumer runs, as a Kafka member
-   joins when it polls); when none is live yet (a new policy, or no node runs the pods), all of
-   them, so the first plan is ready when they start;
+   joins when it polls) and the starting ones the plan already gives partitions (a Lease nobody
+   has taken yet, for at most `startup_grace` after the operator first saw it: replicas of a new
+   policy start seconds apart, and the first to start must not take the partitions of the
+   others); when none is live yet (a new policy, or no node runs the pods), all of them, so the
+   first plan is ready when they start;
 5. releasable: draining identities that own nothing any more: the published plan gives them no
    partition and waits for no release from them, and their Lease is not live or reports no
    partition owned.
@@ -21,12 +24,13 @@ Pure (the clock is an argument). The reconcile reads pods and Leases, then asks 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from groupops.controller.names import LABEL_ORDINAL, LABEL_TEMPLATE_HASH
+from groupops.model import MemberId
+from groupops.planner.handoff import LeaseClock
 from groupops.planner.target import Identity, default_priority
 from groupops.planner.wire import LeaseNote, PlanFormatError, decode_lease_note, identity_name
 
@@ -36,33 +40,10 @@ __all__ = [
     "LeaseState",
     "PodView",
     "identity_view",
+    "observe_lease",
     "pod_ordinals",
     "pod_ready",
 ]
-
-
-class LeaseClock:
-    """Remembers, per Lease, when this process last saw it change (monotonic seconds).
-
-    A Lease seen for the first time counts as changed now: after an operator restart every holder
-    gets one full lease duration before it can be judged expired.
-    """
-
-    def __init__(self) -> None:
-        self._seen: dict[str, tuple[str, float]] = {}
-
-    def observe(self, name: str, version: str, now: float | None = None) -> float:
-        """Record the Lease's current version (renewTime or resourceVersion); return when it last
-        changed."""
-        moment = time.monotonic() if now is None else now
-        previous = self._seen.get(name)
-        if previous is None or previous[0] != version:
-            self._seen[name] = (version, moment)
-            return moment
-        return previous[1]
-
-    def forget(self, name: str) -> None:
-        self._seen.pop(name, None)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,6 +52,14 @@ class LeaseState:
     held: bool
     live: bool
     note: LeaseNote
+    silent_for: float = 0.0
+    """Seconds since this operator saw the Lease change (0 for a missing Lease)."""
+
+    @property
+    def never_taken(self) -> bool:
+        """Nobody holds it and no consumer ever reported on it (a consumer that released it
+        leaves its acknowledged epoch)."""
+        return not self.held and self.note.epoch is None
 
     @property
     def expired(self) -> bool:
@@ -130,6 +119,22 @@ def pod_ordinals(pods: Iterable[Mapping[str, Any]]) -> set[int]:
     return set(_pod_views(pods))
 
 
+def observe_lease(
+    lease: Mapping[str, Any], *, clock: LeaseClock, now: float, duration: float
+) -> tuple[bool, float, float]:
+    """Note a Lease object on `clock` (keyed by the Lease's name, with its duration as lifetime
+    while held); returns (held, duration in seconds, when the clock first saw this version)."""
+    spec = lease.get("spec") or {}
+    meta = lease.get("metadata") or {}
+    held = bool(spec.get("holderIdentity"))
+    seconds = float(spec.get("leaseDurationSeconds") or duration)
+    version = str(spec.get("renewTime") or meta.get("resourceVersion") or "")
+    changed_at = clock.observe(
+        MemberId(str(meta.get("name"))), version, now, lifetime=seconds if held else None
+    )
+    return held, seconds, changed_at
+
+
 def lease_state(
     identity: str, lease: Mapping[str, Any] | None, *, clock: LeaseClock, now: float, duration: float
 ) -> LeaseState:
@@ -137,17 +142,19 @@ def lease_state(
         return LeaseState(
             identity=identity, held=False, live=False, note=LeaseNote(epoch=None, partitions=())
         )
-    spec = lease.get("spec") or {}
     meta = lease.get("metadata") or {}
-    held = bool(spec.get("holderIdentity"))
-    version = str(spec.get("renewTime") or meta.get("resourceVersion") or "")
-    changed_at = clock.observe(str(meta.get("name")), version, now)
-    seconds = float(spec.get("leaseDurationSeconds") or duration)
+    held, seconds, changed_at = observe_lease(lease, clock=clock, now=now, duration=duration)
     try:
         note = decode_lease_note(meta.get("annotations") or {})
     except PlanFormatError:
         note = LeaseNote(epoch=None, partitions=())
-    return LeaseState(identity=identity, held=held, live=held and now - changed_at <= seconds, note=note)
+    return LeaseState(
+        identity=identity,
+        held=held,
+        live=held and now - changed_at <= seconds,
+        note=note,
+        silent_for=now - changed_at,
+    )
 
 
 def identity_view(
@@ -164,6 +171,7 @@ def identity_view(
     clock: LeaseClock,
     now: float,
     lease_duration: float,
+    startup_grace: float = 0.0,
 ) -> IdentityView:
     """See the module docstring; `leases` maps identity -> its Lease object (or None)."""
     views = _pod_views(pods)
@@ -183,13 +191,18 @@ def identity_view(
     candidates = [
         (i, name, zone) for i, name, zone in slots if name not in draining and not states[name].expired
     ]
+    plan = published or {}
     if any(states[name].live for _, name, _ in candidates):
-        candidates = [(i, name, zone) for i, name, zone in candidates if states[name].live]
+
+        def starting(name: str) -> bool:
+            state = states[name]
+            return state.never_taken and state.silent_for < startup_grace and bool(plan.get(name))
+
+        candidates = [(i, name, zone) for i, name, zone in candidates if states[name].live or starting(name)]
     members = tuple(
         Identity(name=name, ordinal=i, priority=priorities.get(name, default_priority(i)), rack=zone)
         for i, name, zone in candidates
     )
-    plan = published or {}
     releasable = frozenset(
         name
         for name in draining

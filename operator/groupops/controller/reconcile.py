@@ -72,6 +72,7 @@ from groupops.lag import (
     UnknownTopicError,
 )
 from groupops.lag.registry import SourceContext, build_lag_source
+from groupops.model import MemberId
 from groupops.planner.handoff import HandoffError, HandoffResult
 from groupops.planner.plan_format import PublishedPlan, fence_annotations
 
@@ -166,6 +167,7 @@ def _reconcile(run: RunContext) -> ReconcileResult:
             clock=run.memory.clock,
             now=time.monotonic(),
             lease_duration=lease_seconds,
+            startup_grace=settings.reconcile.startup_grace_seconds,
         )
 
     view = view_of(previous)
@@ -367,7 +369,7 @@ def _apply_leases(
     for name, lease in sorted(lease_objects.items()):
         if name not in wanted:
             apply(run.deps.client, None, lease, log=run.log)
-            run.memory.clock.forget(name)
+            run.memory.clock.forget(MemberId(name))
 
 
 def _clear_approval(run: RunContext) -> None:
@@ -411,7 +413,7 @@ def _apply_pods(
             name = lease_name(run.policy.name, identity)
             if name in lease_objects:
                 apply(client, None, lease_objects[name], log=run.log)
-            run.memory.clock.forget(name)
+            run.memory.clock.forget(MemberId(name))
         run.log.info("handed away and removed %s (%s)", pod_name(run.policy.name, ordinal), identity)
 
 

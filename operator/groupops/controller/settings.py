@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from groupops.planner.handoff import DEFAULT_LEASE_DURATION_S
+
 __all__ = ["ConsumerSettings", "NetworkSettings", "ReconcileSettings", "Settings", "WatchSettings"]
 
 
@@ -28,21 +30,29 @@ class WatchSettings:
 class ReconcileSettings:
     """Timing of reconciles, in seconds.
 
-    tick_seconds: how often each policy's timer fires; the rebalance interval of the policy is
-    judged at each tick, so it is the resolution of `rebalance.interval` and of lag in status.
+    tick_seconds: how often each policy is reconciled when nothing wakes it sooner (a Lease change
+    or expiry does); the rebalance interval of the policy is judged at each tick, so it is the
+    resolution of `rebalance.interval` and of lag in status.
     5 s keeps status fresh without loading the API server with 1,000 policies (200 reads/s).
     retry_backoff_seconds / retry_backoff_max_seconds: the first delay after a transient failure
     (lag source down, API conflict) and its cap; the delay doubles per attempt.
     lease_duration_seconds: how long a consumer's Lease lives without renewal before the operator
-    judges it expired (the runtime renews every second, so 10 s tolerates a few missed renewals).
+    judges it expired, and so how long a crash-failover takes (the operator wakes at the expiry
+    moment, not at the next tick). The runtime renews every second and stops consuming 3/4 of
+    the duration after its last successful renewal, so 4 s tolerates two missed renewals and
+    keeps failover within 5 s; raise it where the API server is slow to answer.
     lag_timeout_seconds: budget of one lag read.
+    startup_grace_seconds: how long a replica whose consumer has not started yet keeps the
+    partitions the plan already gives it while other replicas run (the pods of a new policy
+    start seconds apart); after that its partitions go to replicas that run.
     """
 
     tick_seconds: float = 5.0
     retry_backoff_seconds: float = 2.0
     retry_backoff_max_seconds: float = 60.0
-    lease_duration_seconds: int = 10
+    lease_duration_seconds: int = DEFAULT_LEASE_DURATION_S
     lag_timeout_seconds: float = 10.0
+    startup_grace_seconds: float = 30.0
 
     def backoff(self, attempt: int) -> float:
         """Delay before retry number `attempt` (1-based): doubling from the base, capped."""

@@ -46,6 +46,7 @@ from groupops.model import MemberId, Plan, TopicPartition
 from groupops.planner.plan_format import LeaseRecord, PublishedPlan, Release
 
 __all__ = [
+    "DEFAULT_LEASE_DURATION_S",
     "HandoffError",
     "HandoffResult",
     "LeaseClock",
@@ -269,20 +270,42 @@ def identities_to_fence(
     )
 
 
+DEFAULT_LEASE_DURATION_S = 4
+"""Seconds a replica's Lease lives without renewal (operator and runtime default): a crashed
+replica's partitions move to another about this long after its last renewal."""
+
+
 class LeaseClock:
     """Judges Lease expiry by the observer's own clock, as leader election does: a Lease is
-    expired when the observer has seen it unchanged (same resourceVersion, or still absent) for
-    its duration. A fresh observer (an operator that just restarted) waits a full duration
-    before judging anyone, which is what keeps a restart safe. `now` is monotonic seconds."""
+    expired when the observer has seen it unchanged (same renewTime or resourceVersion, or still
+    absent) for its duration. A fresh observer (an operator that just restarted) waits a full
+    duration before judging anyone, which is what keeps a restart safe. `now` is monotonic seconds.
+
+    An observer may also note each Lease's `lifetime` (its duration while held, None when nobody
+    holds it): `next_expiry` then says when the next held Lease runs out if nothing changes, so
+    a controller can wake exactly then instead of polling. Two observers of one clock (a watch
+    and a periodic read) may race on one entry; the loser only records a later change, which can
+    delay a judgement of expiry, never bring one forward.
+    """
 
     def __init__(self) -> None:
         self._seen: dict[MemberId, tuple[str | None, float]] = {}
+        self._lifetimes: dict[MemberId, float] = {}
 
-    def observe(self, identity: MemberId, version: str | None, now: float) -> None:
-        """Record the Lease's resourceVersion (None: no Lease) as read at `now`."""
+    def observe(
+        self, identity: MemberId, version: str | None, now: float, *, lifetime: float | None = None
+    ) -> float:
+        """Record the Lease's version (None: no Lease) as read at `now`; return when this
+        observer first saw that version."""
         seen = self._seen.get(identity)
         if seen is None or seen[0] != version:
-            self._seen[identity] = (version, now)
+            seen = (version, now)
+            self._seen[identity] = seen
+        if lifetime is None:
+            self._lifetimes.pop(identity, None)
+        else:
+            self._lifetimes[identity] = lifetime
+        return seen[1]
 
     def unchanged_for(self, identity: MemberId, now: float) -> float | None:
         seen = self._seen.get(identity)
@@ -292,5 +315,16 @@ class LeaseClock:
         unchanged = self.unchanged_for(identity, now)
         return unchanged is not None and unchanged >= duration_s
 
+    def next_expiry(self, after: float) -> float | None:
+        """The earliest moment later than `after` at which a held Lease, unchanged since, is
+        judged expired; None when no held Lease would expire after `after`."""
+        moments = [
+            self._seen[identity][1] + lifetime
+            for identity, lifetime in list(self._lifetimes.items())
+            if identity in self._seen and self._seen[identity][1] + lifetime > after
+        ]
+        return min(moments, default=None)
+
     def forget(self, identity: MemberId) -> None:
         self._seen.pop(identity, None)
+        self._lifetimes.pop(identity, None)

@@ -34,6 +34,7 @@ def view(
     now: float = 100.0,
     published: dict[str, Any] | None = None,
     template: str = "h1",
+    startup_grace: float = 0.0,
 ) -> Any:
     return identity_view(
         group_id="g",
@@ -47,6 +48,7 @@ def view(
         clock=clock or LeaseClock(),
         now=now,
         lease_duration=10,
+        startup_grace=startup_grace,
     )
 
 
@@ -60,6 +62,29 @@ def test_once_someone_is_live_only_live_identities_take_part() -> None:
     clock = LeaseClock()
     v = view(3, [pod(0), pod(1), pod(2)], {"g-1": lease("l1", "g-1")}, clock=clock)
     assert [m.name for m in v.members] == ["g-1"]
+
+
+def test_replicas_still_starting_keep_their_first_plan_partitions_for_the_grace() -> None:
+    clock = LeaseClock()
+    first_plan = {"g-0": ["t-0", "t-1"], "g-1": ["t-2"]}  # nobody was live: everyone got some
+    untaken = {"g-0": lease("l0", None, renew=""), "g-2": lease("l2", None, renew="")}
+    leases = {**untaken, "g-1": lease("l1", "g-1")}
+    pods = [pod(0), pod(1), pod(2)]
+    early = view(3, pods, leases, clock=clock, now=100.0, published=first_plan, startup_grace=30.0)
+    # g-0 keeps its partitions while it starts; g-2 has none in the plan and joins when it runs
+    assert [m.name for m in early.members] == ["g-0", "g-1"]
+    renewed = {**leases, "g-1": lease("l1", "g-1", renew="t2")}
+    late = view(3, pods, renewed, clock=clock, now=130.0, published=first_plan, startup_grace=30.0)
+    assert [m.name for m in late.members] == ["g-1"]
+    released = {
+        **leases,
+        "g-0": {
+            **lease("l0", None, renew="r"),
+            "metadata": {"name": "l0", "annotations": {"groupops.dev/epoch": "3"}},
+        },
+    }
+    gone = view(3, pods, released, clock=LeaseClock(), now=100.0, published=first_plan, startup_grace=30.0)
+    assert [m.name for m in gone.members] == ["g-1"], "a replica that released its Lease is not starting"
 
 
 def test_a_silent_lease_expires_by_the_operators_clock() -> None:

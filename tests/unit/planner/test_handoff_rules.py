@@ -187,3 +187,20 @@ def test_the_lease_clock_judges_expiry_from_the_last_change_it_saw() -> None:
     assert clock.expired(B, now=103.0, duration_s=3.0)
     clock.forget(B)
     assert clock.unchanged_for(B, now=104.0) is None
+
+
+def test_next_expiry_is_the_first_held_lease_to_run_out_after_a_moment() -> None:
+    clock = LeaseClock()
+    assert clock.next_expiry(after=0.0) is None
+    clock.observe(A, "1", now=0.0, lifetime=4.0)
+    clock.observe(B, "1", now=1.0, lifetime=4.0)
+    clock.observe(C, "1", now=0.5)  # nobody holds it: it never expires
+    assert clock.next_expiry(after=0.0) == 4.0
+    assert clock.next_expiry(after=4.0) == 5.0  # A's moment is no longer after 4.0
+    clock.observe(A, "2", now=3.0, lifetime=4.0)  # a renewal moves A's expiry
+    assert clock.next_expiry(after=0.0) == 5.0
+    assert clock.next_expiry(after=5.0) == 7.0
+    clock.observe(A, "3", now=3.5)  # released: no longer held
+    assert clock.next_expiry(after=5.0) is None
+    clock.forget(B)
+    assert clock.next_expiry(after=0.0) is None

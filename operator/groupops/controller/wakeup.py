@@ -1,0 +1,95 @@
+"""When a policy's reconcile runs between its ticks.
+
+Each policy has one loop (a kopf daemon in `handlers`) that reconciles every tick, and sooner when:
+
+- one of the policy's Leases changed in a way the plan depends on: its holder, or the report the
+  replica writes on it (acknowledged epoch, partitions owned, release). A handoff step then
+  follows an acknowledgement at once instead of at the next tick. Renewals alone do not wake the
+  loop: they only move the operator's `LeaseClock`.
+- a held Lease runs out by the operator's clock (`LeaseClock.next_expiry`): the loop sleeps until
+  exactly then, so a crashed replica is replaced one lease duration after its last renewal, not
+  up to a tick later.
+
+The watch that feeds this runs in kopf's event loop; `Wakeup` is only touched from that loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from groupops.planner.handoff import LeaseClock
+
+__all__ = ["EXPIRY_MARGIN_S", "Wakeup", "expiry_due", "lease_fingerprint", "next_wake"]
+
+EXPIRY_MARGIN_S = 0.05
+"""Wake this long after a Lease's expiry moment: the reconcile judges `now - changed > duration`."""
+
+_REPORT_PREFIX = "groupops.dev/"
+
+LeaseFingerprint = tuple[str, tuple[tuple[str, str], ...]]
+
+
+def lease_fingerprint(lease: Mapping[str, Any]) -> LeaseFingerprint:
+    """What of a Lease the plan depends on: the holder and groupops' annotations (the replica's
+    report and the operator's fence), not renewTime."""
+    spec = lease.get("spec") or {}
+    annotations = (lease.get("metadata") or {}).get("annotations") or {}
+    report = tuple(sorted((k, str(v)) for k, v in annotations.items() if k.startswith(_REPORT_PREFIX)))
+    return str(spec.get("holderIdentity") or ""), report
+
+
+def next_wake(*, now: float, next_tick: float, clock: LeaseClock, judged_until: float) -> float:
+    """The monotonic moment the loop must run by: the next tick, or just after the first held
+    Lease that would expire after the last reconcile started (`judged_until`)."""
+    expiry = clock.next_expiry(after=judged_until)
+    if expiry is None:
+        return next_tick
+    return max(now, min(next_tick, expiry + EXPIRY_MARGIN_S))
+
+
+def expiry_due(*, now: float, clock: LeaseClock, judged_until: float) -> bool:
+    """A held Lease ran out after the last reconcile started and before `now`."""
+    expiry = clock.next_expiry(after=judged_until)
+    return expiry is not None and expiry + EXPIRY_MARGIN_S <= now
+
+
+@dataclass
+class Wakeup:
+    """One policy's wake-up signal and what it last saw of each Lease."""
+
+    fingerprints: dict[str, LeaseFingerprint | None] = field(default_factory=dict)
+    _event: asyncio.Event | None = None
+
+    @property
+    def event(self) -> asyncio.Event:
+        if self._event is None:
+            self._event = asyncio.Event()  # created in the loop that waits on it
+        return self._event
+
+    def note_lease(self, name: str, lease: Mapping[str, Any] | None) -> bool:
+        """Record a Lease event (None: deleted); wake the loop if the plan depends on the change."""
+        fingerprint = None if lease is None else lease_fingerprint(lease)
+        known = name in self.fingerprints
+        if known and self.fingerprints[name] == fingerprint:
+            return False
+        self.fingerprints[name] = fingerprint
+        self.event.set()
+        return True
+
+    def poke(self) -> None:
+        self.event.set()
+
+    async def wait_until(self, moment: float) -> bool:
+        """Sleep until the monotonic `moment` or a wake-up, whichever is first; True if woken.
+        A wake-up that came while the loop was busy is not lost: it ends the next wait at once."""
+        timeout = max(0.0, moment - time.monotonic())
+        try:
+            await asyncio.wait_for(self.event.wait(), timeout)
+        except TimeoutError:
+            return False
+        self.event.clear()
+        return True

@@ -1,0 +1,70 @@
+"""When a policy's loop wakes between ticks: Lease changes the plan depends on, and expiries."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from groupops.controller.identities import observe_lease
+from groupops.controller.wakeup import EXPIRY_MARGIN_S, Wakeup, expiry_due, lease_fingerprint, next_wake
+from groupops.planner.handoff import LeaseClock
+
+
+def lease(
+    *, holder: str | None = "orders-0/abc", renew: str = "t1", annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"leaseDurationSeconds": 4, "renewTime": renew}
+    if holder is not None:
+        spec["holderIdentity"] = holder
+    return {
+        "metadata": {"name": "orders-orders-0", "annotations": annotations or {}, "resourceVersion": renew},
+        "spec": spec,
+    }
+
+
+def test_renewals_do_not_change_the_fingerprint_but_holder_and_report_do() -> None:
+    base = lease(annotations={"groupops.dev/acked-epoch": "3", "kubectl.kubernetes.io/x": "1"})
+    assert lease_fingerprint(base) == lease_fingerprint({**base, "spec": {**base["spec"], "renewTime": "t2"}})
+    assert lease_fingerprint(base) == lease_fingerprint(
+        lease(annotations={"groupops.dev/acked-epoch": "3", "kubectl.kubernetes.io/x": "2"})
+    )
+    assert lease_fingerprint(base) != lease_fingerprint(lease(annotations={"groupops.dev/acked-epoch": "4"}))
+    assert lease_fingerprint(base) != lease_fingerprint(
+        lease(holder=None, annotations={"groupops.dev/acked-epoch": "3"})
+    )
+
+
+def test_wakeup_fires_once_per_meaningful_change_and_on_deletion() -> None:
+    async def scenario() -> list[bool]:
+        wakeup = Wakeup()
+        seen = [wakeup.note_lease("l", lease())]
+        seen.append(await wakeup.wait_until(time.monotonic() + 1.0))
+        seen.append(wakeup.note_lease("l", lease(renew="t2")))  # a renewal only
+        seen.append(await wakeup.wait_until(time.monotonic() + 0.05))
+        seen.append(wakeup.note_lease("l", lease(annotations={"groupops.dev/acked-epoch": "1"})))
+        seen.append(wakeup.note_lease("l", None))
+        seen.append(await wakeup.wait_until(time.monotonic() + 1.0))  # two changes, one wake
+        seen.append(await wakeup.wait_until(time.monotonic() + 0.05))
+        return seen
+
+    assert asyncio.run(scenario()) == [True, True, False, False, True, True, True, False]
+
+
+def test_the_loop_sleeps_until_the_tick_or_just_after_the_next_expiry() -> None:
+    clock = LeaseClock()
+    assert next_wake(now=0.0, next_tick=5.0, clock=clock, judged_until=0.0) == 5.0
+    observe_lease(lease(), clock=clock, now=1.0, duration=10)  # the Lease's own 4 s count
+    assert next_wake(now=1.0, next_tick=10.0, clock=clock, judged_until=1.0) == 5.0 + EXPIRY_MARGIN_S
+    assert next_wake(now=1.0, next_tick=3.0, clock=clock, judged_until=1.0) == 3.0
+    assert not expiry_due(now=5.0, clock=clock, judged_until=1.0)
+    assert expiry_due(now=5.0 + EXPIRY_MARGIN_S, clock=clock, judged_until=1.0)
+    # judged by a reconcile that started after the expiry: not due again, and no early wake
+    assert not expiry_due(now=9.0, clock=clock, judged_until=6.0)
+    assert next_wake(now=9.0, next_tick=11.0, clock=clock, judged_until=6.0) == 11.0
+    # renewed before the loop woke: the expiry moved, the wake is not due
+    observe_lease(lease(renew="t2"), clock=clock, now=4.5, duration=10)
+    assert not expiry_due(now=5.1, clock=clock, judged_until=1.0)
+    # released (no holder): never expires
+    observe_lease(lease(holder=None, renew="t3"), clock=clock, now=6.0, duration=10)
+    assert next_wake(now=6.0, next_tick=11.0, clock=clock, judged_until=6.0) == 11.0
