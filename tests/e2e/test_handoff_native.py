@@ -1,7 +1,8 @@
 """`delivery: native` on the whole stack: the operator runs one pod per identity, each replica
 joins the group as a static member (group.instance.id = its identity) with Kafka's own assignor,
 and the broker's actual assignment (DescribeGroups) equals the operator's prediction (the plan
-it publishes, computed by the same engine) for range and roundrobin."""
+it publishes in one epoch, computed by the same engine) for range and roundrobin; the operator
+itself compares them and reports it (PlanApplied=True, reason BrokerMatches)."""
 
 from __future__ import annotations
 
@@ -66,3 +67,12 @@ def test_native_replicas_join_as_static_members_and_kafka_assigns_what_the_opera
         operator = wait_for("the operator's plan for the 3 identities", predicted, 120, interval=0.5)
         print(f"\n{strategy}: broker {broker}\n{strategy}: operator {operator}")
         assert broker == operator
+
+        def reported() -> dict[str, Any] | None:
+            status = s.status()
+            applied = next((c for c in status.get("conditions", []) if c["type"] == "PlanApplied"), {})
+            return status if applied.get("reason") == "BrokerMatches" else None
+
+        status = wait_for("the operator reporting that Kafka matches", reported, 60, explain=s.diagnostics)
+        assert status["brokerAssignment"] == {"groupState": "Stable", "differing": [], "matches": True}
+        assert status["epoch"] == s.plan().epoch  # type: ignore[union-attr]

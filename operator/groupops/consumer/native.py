@@ -6,12 +6,9 @@ compares the engine's prediction with the broker's actual assignment.
 Who calls it: `groupops consume` when GROUPOPS_DELIVERY=native.
 
 The Lease is still taken and renewed (the operator judges liveness from it), but it fences
-nothing: Kafka's generations do. The replica also watches the plan ConfigMap, where the operator
-publishes its prediction, and acknowledges every epoch it sees on the Lease as owning nothing in
-the plan's terms (Kafka, not the plan, gave it its partitions): the operator's handoff then never
-waits on a native replica. Reporting Kafka's actual assignment as plan holdings would make the
-handoff treat every difference between prediction and reality as a partition still being
-released, and replan forever. Offsets are stored after the
+nothing: Kafka's generations do. The operator publishes its prediction in one epoch (no handoff
+waits on a native replica) and compares it with the broker's assignment itself, so the replica
+neither watches the plan nor acknowledges epochs. Offsets are stored after the
 callback returns and committed every `commit_interval_s`, synchronously for partitions being
 revoked, and once more on stop. A static member does not leave the group on close, so its
 partitions wait for it until `session.timeout.ms` (the behaviour the failover benchmark
@@ -33,7 +30,6 @@ from groupops.consumer.errors import ConsumerError, KafkaFailure, LeaseLostError
 from groupops.consumer.journal import Journal, open_journal
 from groupops.consumer.kube import KubeClient
 from groupops.consumer.lease import LeaseKeeper
-from groupops.consumer.planwatch import PlanWatcher
 from groupops.consumer.processors import Processor
 from groupops.consumer.runtime import ProcessingError, kafka_config
 from groupops.consumer.settings import NATIVE_STRATEGIES, RuntimeSettings
@@ -60,7 +56,6 @@ class NativeRuntime:
         self._stop = threading.Event()
         self._consumer: Any = None
         self._keeper: LeaseKeeper | None = None
-        self._watcher: PlanWatcher | None = None
         self._owned: frozenset[TopicPartition] = frozenset()
         self._progress: dict[TopicPartition, int] = {}
         self._fatal: str | None = None
@@ -72,13 +67,9 @@ class NativeRuntime:
 
     def run(self) -> None:
         settings = self.settings
-        kube, watch_kube = (
-            KubeClient.connect(
-                settings.namespace, kubeconfig=settings.kubeconfig, timeout_s=settings.lease.request_timeout_s
-            )
-            for _ in range(2)
+        kube = KubeClient.connect(
+            settings.namespace, kubeconfig=settings.kubeconfig, timeout_s=settings.lease.request_timeout_s
         )
-        self._watcher = PlanWatcher(watch_kube, settings.plan_configmap, on_change=self._acknowledge)
         self._keeper = LeaseKeeper(
             kube,
             settings.lease,
@@ -92,7 +83,6 @@ class NativeRuntime:
                 return
             self._keeper.report(acked_epoch=None, partitions=(), state=LeaseState.ACTIVE)
             self._keeper.start()
-            self._watcher.start()
             config = kafka_config(
                 settings,
                 on_commit=self._on_commit,
@@ -111,10 +101,8 @@ class NativeRuntime:
             )
             self._loop()
         finally:
-            self._watcher.stop()
             self._shutdown()
             kube.close()
-            watch_kube.close()
 
     def _loop(self) -> None:
         assert self._keeper is not None
@@ -165,7 +153,6 @@ class NativeRuntime:
             self._on_commit(None, result)
 
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
-        # Replaced, never mutated: the plan watcher's thread reads it.
         self._owned = self._owned | {TopicPartition(p.topic, p.partition) for p in partitions}
         self._report("assign", partitions)
 
@@ -188,17 +175,6 @@ class NativeRuntime:
         names = sorted(f"{p.topic}-{p.partition}" for p in partitions)
         self._journal.event(kind, time.time(), parts=names)
         log.info("%s %d partitions: %s", kind, len(names), ", ".join(names[:12]))
-        self._acknowledge()
-
-    def _acknowledge(self) -> None:
-        """Acknowledge the newest predicted epoch seen (any thread); see the module docstring."""
-        if self._keeper is None or self._watcher is None:
-            return
-        newest = self._watcher.newest_epoch
-        self._keeper.report(
-            acked_epoch=None if newest < 0 else newest, partitions=(), state=LeaseState.ACTIVE
-        )
-        self._keeper.kick()
 
     def _on_commit(self, error: Any, partitions: list[Any]) -> None:
         if error is not None:

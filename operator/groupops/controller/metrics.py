@@ -60,6 +60,13 @@ class Metrics:
             buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300),
             registry=self.registry,
         )
+        self.broker_matches = Gauge(
+            "groupops_native_assignment_matches",
+            "Delivery native: 1 when Kafka's assignment equals the prediction, 0 when it differs "
+            "(absent while not judged).",
+            labels,
+            registry=self.registry,
+        )
         self.errors = Counter(
             "groupops_reconcile_errors",
             "Failed reconciles, by reason.",
@@ -73,7 +80,7 @@ class Metrics:
 
     def forget(self, namespace: str, policy: str) -> None:
         """Drop a deleted policy's series (its identities are found from the member gauge)."""
-        for metric in (self.total_lag, self.imbalance, self.epoch):
+        for metric in (self.total_lag, self.imbalance, self.epoch, self.broker_matches):
             with contextlib.suppress(KeyError):
                 metric.remove(namespace, policy)
         for sample_labels in [

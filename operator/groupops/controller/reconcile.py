@@ -53,6 +53,7 @@ from groupops.controller.names import (
     plan_configmap_name,
     pod_name,
 )
+from groupops.controller.native import BrokerAgreement, read_broker_agreement
 from groupops.controller.publish import floor_plan, normalized, step
 from groupops.controller.render_common import PolicyRef
 from groupops.controller.render_plan import (
@@ -73,7 +74,7 @@ from groupops.lag import (
 )
 from groupops.lag.registry import SourceContext, build_lag_source
 from groupops.model import MemberId
-from groupops.planner.handoff import HandoffError, HandoffResult
+from groupops.planner.handoff import HandoffError, HandoffResult, predicted_plan
 from groupops.planner.plan_format import PublishedPlan, fence_annotations
 
 __all__ = ["Deps", "PolicyMemory", "ReconcileFailure", "ReconcileResult", "reconcile"]
@@ -193,7 +194,12 @@ def _reconcile(run: RunContext) -> ReconcileResult:
     except KubeError as e:
         fail(run, "KubernetesUnavailable", str(e), transient=True, degraded=True)
     shown = replace(decision, shown=normalized(now_plan.plan.assignment), published=now_plan is not previous)
-    written = write_status(run, spec, snapshot, view, shown, epoch=now_plan.epoch, replicas=replicas)
+    broker = (
+        _broker_agreement(run, spec, client_config, now_plan) if spec.consumers.delivery == "native" else None
+    )
+    written = write_status(
+        run, spec, snapshot, view, shown, epoch=now_plan.epoch, replicas=replicas, broker=broker
+    )
     return ReconcileResult(
         epoch=now_plan.epoch,
         published=now_plan.epoch != previous.epoch,
@@ -220,6 +226,22 @@ def _auth_config(run: RunContext, spec: PolicySpec) -> dict[str, str]:
         )
     data = secret.get("data") or {}
     return {key: base64.b64decode(value).decode("utf-8", "replace") for key, value in data.items()}
+
+
+def _broker_agreement(
+    run: RunContext, spec: PolicySpec, client_config: Mapping[str, str], plan: PublishedPlan
+) -> BrokerAgreement:
+    agreement = read_broker_agreement(
+        bootstrap_servers=spec.kafka.bootstrap_servers,
+        client_config={**spec.kafka.properties, **client_config},
+        group_id=spec.group_id,
+        predicted={str(identity): tps for identity, tps in plan.plan.assignment.items()},
+        epoch=plan.epoch,
+        timeout_s=run.deps.settings.reconcile.lag_timeout_seconds,
+    )
+    if agreement.matches is False:
+        run.log.info("%s", agreement.message)
+    return agreement
 
 
 def _read_lag(
@@ -260,6 +282,12 @@ def _handoff(  # noqa: PLR0917
     """The handoff step towards the decided target (None: keep the plan as it is)."""
     if decision.target is None:
         return None
+    if spec.consumers.delivery == "native":
+        typed = {MemberId(identity): tuple(tps) for identity, tps in decision.target.items()}
+        try:
+            return predicted_plan(previous, typed, strategy=spec.strategy.type)
+        except HandoffError as e:
+            fail(run, "PlanInvalid", str(e), transient=False, degraded=True)
 
     def fence(identity: str, epoch: int) -> bool:
         lease = leases.get(identity)

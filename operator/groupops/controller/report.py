@@ -15,6 +15,7 @@ from groupops.controller.decide import Decision
 from groupops.controller.identities import IdentityView
 from groupops.controller.kube import KubeError
 from groupops.controller.names import ANNOTATION_APPROVE, API_GROUP, API_VERSION, KIND, pod_name
+from groupops.controller.native import BrokerAgreement
 from groupops.controller.spec import PolicySpec
 from groupops.controller.status import Condition, merge_conditions, status_patch
 from groupops.lag import LagSnapshot
@@ -32,7 +33,10 @@ def write_status(
     *,
     epoch: int,
     replicas: int,
+    broker: BrokerAgreement | None = None,
 ) -> bool:
+    """`broker`: with delivery native, how Kafka's actual assignment compares with the
+    prediction; it decides PlanApplied (the replicas follow Kafka, not the plan)."""
     lag_of = {tp: snapshot.lags[tp.topic][tp.partition] for tp in all_partitions(snapshot)}
     shown = decision.shown
     members = []
@@ -76,6 +80,13 @@ def write_status(
                 "DryRun": "dry run: nothing is applied",
                 "AwaitingApproval": f"a proposal waits for the annotation {ANNOTATION_APPROVE}=true",
             }.get(waiting or "", f"consumers follow epoch {epoch}"),
+        )
+        if broker is None or waiting is not None
+        else Condition(
+            "PlanApplied",
+            broker.matches is True,
+            {True: "BrokerMatches", False: "BrokerDiffers", None: "BrokerNotCompared"}[broker.matches],
+            broker.message,
         ),
         Condition("Degraded", False, "AsExpected", ""),
     ]
@@ -95,12 +106,15 @@ def write_status(
         "imbalance": round(float(decision.imbalance), 3),
         "lastRebalance": last,
         "proposal": decision.proposal,
+        "brokerAssignment": None if broker is None else broker.to_status(),
     }
     metrics = run.deps.metrics
     metrics.record_members(run.policy.namespace, run.policy.name, lag_by_identity)
     metrics.total_lag.labels(run.policy.namespace, run.policy.name).set(snapshot.total())
     metrics.imbalance.labels(run.policy.namespace, run.policy.name).set(decision.imbalance)
     metrics.epoch.labels(run.policy.namespace, run.policy.name).set(epoch)
+    if broker is not None and broker.matches is not None:
+        metrics.broker_matches.labels(run.policy.namespace, run.policy.name).set(int(broker.matches))
     announce_transitions(run, merged)
     return patch_status(run, desired)
 

@@ -40,6 +40,7 @@ OWNED_STATUS_KEYS = (
     "imbalance",
     "lastRebalance",
     "proposal",
+    "brokerAssignment",
 )
 """The status fields this operator writes; anything else under status (kopf's own progress
 records) is left alone."""

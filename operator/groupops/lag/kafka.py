@@ -64,6 +64,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AUTO_OFFSET_RESET_VALUES",
+    "GroupAssignment",
     "GroupOffsets",
     "KafkaLagSettings",
     "KafkaLagSource",
@@ -162,6 +163,20 @@ class KafkaLagSettings:
         if not 0 < self.timeout_s <= 300:
             raise LagSourceConfigError(f"timeout_s must be in (0, 300], not {self.timeout_s}")
         object.__setattr__(self, "auto_offset_reset", normalize_auto_offset_reset(self.auto_offset_reset))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupAssignment:
+    """Who owns what in a group, as the broker says (DescribeGroups). `members` maps each member's
+    group.instance.id (its member id when not static) to its partitions."""
+
+    group_id: str
+    state: str
+    members: Mapping[str, tuple[TopicPartition, ...]]
+
+    @property
+    def stable(self) -> bool:
+        return self.state == "Stable"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -333,10 +348,15 @@ class KafkaLagSource:
             offsets=offsets,
         )
 
+    def assignment(self, group_id: str) -> GroupAssignment:
+        """The broker's actual assignment of `group_id` (an unknown group has no members)."""
+        self._login_refused = None
+        return self._group(group_id, _Deadline(self.settings.timeout_s, self.settings.bootstrap_servers))
+
     # -- one method per round trip ---------------------------------------------------------
 
-    def _describe_group(self, group_id: str, deadline: _Deadline) -> tuple[bool, str]:
-        def attempt() -> tuple[bool, str]:
+    def _group(self, group_id: str, deadline: _Deadline) -> GroupAssignment:
+        def attempt() -> GroupAssignment:
             futures = self._admin.describe_consumer_groups([group_id], request_timeout=deadline.remaining())
             try:
                 description = self._result(futures[group_id], deadline, f"group {group_id!r}")
@@ -344,12 +364,28 @@ class KafkaLagSource:
                 # The new group coordinator answers GROUP_ID_NOT_FOUND where the classic one says Dead.
                 cause = e.__cause__
                 if isinstance(cause, KafkaException) and _code(cause) == KafkaError.GROUP_ID_NOT_FOUND:
-                    return False, "Dead"
+                    return GroupAssignment(group_id=group_id, state="Dead", members={})
                 raise
+            members = {
+                str(member.group_instance_id or member.member_id): tuple(
+                    sorted(
+                        TopicPartition(ktp.topic, ktp.partition)
+                        for ktp in (member.assignment.topic_partitions if member.assignment else [])
+                    )
+                )
+                for member in description.members
+            }
+            # PREPARING_REBALANCE -> PreparingRebalance, as Kafka's own tools spell it
             state = getattr(description.state, "name", str(description.state))
-            return state not in {"DEAD", "UNKNOWN"}, state.title()
+            camel = "".join(word.title() for word in state.split("_"))
+            return GroupAssignment(group_id=group_id, state=camel, members=members)
 
         return _retrying(attempt, deadline, f"group {group_id!r}")
+
+    def _describe_group(self, group_id: str, deadline: _Deadline) -> tuple[bool, str]:
+        """Whether the group exists, and its state."""
+        group = self._group(group_id, deadline)
+        return group.state not in {"Dead", "Unknown"}, group.state
 
     def _committed_topics(self, group_id: str, deadline: _Deadline) -> list[str]:
         request = [ConsumerGroupTopicPartitions(group_id)]

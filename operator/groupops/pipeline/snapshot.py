@@ -276,20 +276,8 @@ class SnapshotCapture:
 
     def owners(self, group_id: str) -> dict[TopicPartition, str]:
         """Partition → member (group.instance.id when static, else member id) of a group."""
-        futures = self._admin.describe_consumer_groups([group_id], request_timeout=self.settings.timeout_s)
-        try:
-            description = futures[group_id].result(timeout=self.settings.timeout_s + 1)
-        except KafkaException as e:
-            raise SnapshotError(
-                f"cannot describe group {group_id!r} on {self.settings.bootstrap}: {e}"
-            ) from e
-        owners: dict[TopicPartition, str] = {}
-        for member in description.members:
-            name = member.group_instance_id or member.member_id
-            assignment = member.assignment.topic_partitions if member.assignment else []
-            for ktp in assignment:
-                owners[TopicPartition(ktp.topic, ktp.partition)] = name
-        return owners
+        group = self._source.assignment(group_id)
+        return {tp: member for member, tps in group.members.items() for tp in tps}
 
     def capture_group(self, group_id: str) -> list[SnapshotRow]:
         offsets = self._source.read_group(group_id, list(self.settings.topics))

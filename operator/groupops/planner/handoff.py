@@ -54,6 +54,7 @@ __all__ = [
     "Move",
     "identities_to_fence",
     "next_plan",
+    "predicted_plan",
 ]
 
 
@@ -196,6 +197,32 @@ def next_plan(
     )
     _check(published)
     return HandoffResult(published=published, changed=True, completed=tuple(completed), waiting=waiting)
+
+
+def predicted_plan(
+    previous: PublishedPlan,
+    target: Mapping[MemberId, Sequence[TopicPartition]],
+    *,
+    strategy: str | None = None,
+) -> HandoffResult:
+    """`delivery: native`: Kafka's generations fence the partitions, so the prediction is
+    published in one epoch, with nothing released first (nobody consumes by it)."""
+    _target_owners(target)  # a partition given twice is a bug, as in next_plan
+    assignment = {identity: tuple(sorted(tps)) for identity, tps in sorted(target.items())}
+    next_strategy = previous.plan.strategy if strategy is None else strategy
+    changed = (
+        previous.epoch == 0
+        or bool(previous.releasing)
+        or assignment != _normalised(previous.plan.assignment)
+        or next_strategy != previous.plan.strategy
+    )
+    if not changed:
+        return HandoffResult(published=previous, changed=False)
+    published = PublishedPlan(
+        plan=Plan(epoch=previous.epoch + 1, strategy=next_strategy, assignment=assignment)
+    )
+    _check(published)
+    return HandoffResult(published=published, changed=True)
 
 
 _NO_LEASE = MemberState()

@@ -12,6 +12,7 @@ from groupops.planner.handoff import (
     MemberState,
     identities_to_fence,
     next_plan,
+    predicted_plan,
 )
 from groupops.planner.plan_format import PublishedPlan, Release, empty_plan
 
@@ -204,3 +205,16 @@ def test_next_expiry_is_the_first_held_lease_to_run_out_after_a_moment() -> None
     assert clock.next_expiry(after=5.0) is None
     clock.forget(B)
     assert clock.next_expiry(after=0.0) is None
+
+
+def test_native_predictions_are_published_in_one_epoch_without_releases() -> None:
+    first = predicted_plan(empty_plan("range"), {A: [tp(0), tp(1)], B: [tp(2)]}, strategy="range")
+    assert first.changed and first.published.epoch == 1 and not first.published.releasing
+    moved = predicted_plan(first.published, {A: [tp(0)], B: [tp(2), tp(1)]})
+    assert moved.changed and moved.published.epoch == 2
+    assert dict(moved.published.plan.assignment) == {A: (tp(0),), B: (tp(1), tp(2))}
+    assert not moved.published.releasing, "nobody consumes by a prediction: nothing to release"
+    same = predicted_plan(moved.published, {B: [tp(1), tp(2)], A: [tp(0)]})
+    assert not same.changed and same.published is moved.published
+    with pytest.raises(HandoffError, match="both"):
+        predicted_plan(moved.published, {A: [tp(0)], B: [tp(0)]})
