@@ -9,11 +9,14 @@ namespace with the given lease duration; the harness writing journals to `record
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from groupops.consumer.audit import AuditReport, audit, load_journals
 from groupops.model import MemberId, TopicPartition
@@ -136,6 +139,19 @@ class PolicyStack:
         )
         return report
 
+    def metrics_of(self, identity: str) -> dict[str, float]:
+        """The unlabelled series a running replica of `identity` serves (name -> value)."""
+        run = next(r for r in reversed(self.kubelet.history) if r.identity == identity and r.process.alive())
+        port = run.process.env["GROUPOPS_METRICS_PORT"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            text = response.read().decode()
+        return {
+            sample.name: sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if not sample.labels
+        }
+
     def state(self) -> str:
         """The plan and every Lease as the API server has them now (for a failed wait)."""
         plan = self.plan()
@@ -160,6 +176,10 @@ class PolicyStack:
             parts.append(f"--- {run.name} ({run.identity})\n{run.process.log_tail(12)}")
         parts.append(f"--- harness errors: {self.kubelet.errors[-5:]}")
         return "\n".join(parts)
+
+
+StackFactory = Callable[..., AbstractContextManager["PolicyStack"]]
+"""The `new_stack` fixture (tests/e2e/conftest.py): `policy_stack` bound to the test's fixtures."""
 
 
 @contextmanager

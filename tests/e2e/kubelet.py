@@ -30,6 +30,7 @@ from typing import Any
 
 from groupops.consumer.audit import Fault
 from tests.e2e.kube_api import ApiError, KubeApi
+from tests.e2e.operator_support import free_port
 from tests.e2e.runtime_support import (
     ConsumerProcess,
     CuttableProxy,
@@ -246,6 +247,8 @@ class Kubelet:
             self.api.kubeconfig, proxy, self.workdir / f"{name}-{proxy.port}.kubeconfig"
         )
         env.update({"KUBECONFIG": kubeconfig, "GROUPOPS_RECORD_DIR": str(self.record_dir), **self.extra_env})
+        if env.get("GROUPOPS_METRICS_PORT"):  # every "pod" shares this machine's ports and address
+            env.update({"GROUPOPS_METRICS_PORT": str(free_port()), "GROUPOPS_METRICS_HOST": "127.0.0.1"})
         identity = env.get("GROUPOPS_IDENTITY", name)
         process = ConsumerProcess(identity=identity, env=env, log_path=self.workdir / f"{name}.log")
         run = PodRun(

@@ -13,8 +13,6 @@ The journal audit proves no message lost, no overlap, and duplicates only from t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,8 +21,9 @@ from groupops.consumer.audit import load_journals
 from groupops.planner.handoff import DEFAULT_LEASE_DURATION_S
 from groupops.planner.plan_format import lease_record
 from groupops.planner.wire import lease_name
-from tests.e2e.consumer_e2e import PolicyStack, policy_stack
-from tests.e2e.runtime_support import SteadyProducer, wait_for
+from tests.e2e.consumer_e2e import PolicyStack, StackFactory
+from tests.e2e.runtime_support import SteadyProducer
+from tests.e2e.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -69,13 +68,9 @@ def holder_incarnation(stack: PolicyStack, identity: str) -> str | None:
     "failback", [pytest.param(True, id="failback"), pytest.param(False, id="no-failback")]
 )
 def test_a_crashed_active_is_replaced_by_the_next_priority_within_the_lease_duration(
-    kube_config: str, kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path, failback: bool
+    new_stack: StackFactory, failback: bool
 ) -> None:
-    with policy_stack(
-        kube_config=kube_config,
-        kafka_bootstrap=kafka_bootstrap,
-        unique_name=unique_name,
-        tmp_path=tmp_path,
+    with new_stack(
         partitions=PARTITIONS,
         lease_seconds=None,
         operator_tick=None,
@@ -128,15 +123,9 @@ def test_a_crashed_active_is_replaced_by_the_next_priority_within_the_lease_dura
         assert report.unexplained == []
 
 
-def test_a_graceful_stop_hands_over_without_waiting_for_the_lease_to_expire(
-    kube_config: str, kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
-) -> None:
+def test_a_graceful_stop_hands_over_without_waiting_for_the_lease_to_expire(new_stack: StackFactory) -> None:
     long_lease = 30  # a handover faster than this cannot have waited for expiry
-    with policy_stack(
-        kube_config=kube_config,
-        kafka_bootstrap=kafka_bootstrap,
-        unique_name=unique_name,
-        tmp_path=tmp_path,
+    with new_stack(
         partitions=PARTITIONS,
         lease_seconds=long_lease,
     ) as s:
@@ -160,6 +149,10 @@ def test_a_graceful_stop_hands_over_without_waiting_for_the_lease_to_expire(
         handover = first - stopped_at
         print(f"\ngraceful stop -> standby consuming: {handover:.2f} s (lease duration {long_lease} s)")
         assert handover < long_lease
+        served = s.metrics_of(standby)  # the pod's metrics port, as Prometheus would scrape it
+        assert served["groupops_consumer_partitions_owned"] == PARTITIONS
+        assert served["groupops_consumer_lease_valid"] == 1
+        assert served["groupops_consumer_epoch_applied"] == s.plan().epoch  # type: ignore[union-attr]
 
         report = s.wait_processed(producer.wait().acked)
         print(report.summary())

@@ -12,15 +12,14 @@ before it committed. The counts are printed.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from groupops.consumer.audit import load_journals
-from tests.e2e.consumer_e2e import PolicyStack, policy_stack
-from tests.e2e.runtime_support import SteadyProducer, wait_for
+from tests.e2e.consumer_e2e import PolicyStack, StackFactory
+from tests.e2e.runtime_support import SteadyProducer
+from tests.e2e.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -68,14 +67,8 @@ def wait_running(stack: PolicyStack, count: int) -> None:
     )
 
 
-def test_churn_loses_nothing_and_never_shares_a_partition(
-    kube_config: str, kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
-) -> None:
-    with policy_stack(
-        kube_config=kube_config,
-        kafka_bootstrap=kafka_bootstrap,
-        unique_name=unique_name,
-        tmp_path=tmp_path,
+def test_churn_loses_nothing_and_never_shares_a_partition(new_stack: StackFactory) -> None:
+    with new_stack(
         partitions=PARTITIONS,
         lease_seconds=LEASE_SECONDS,
         # Slower consumers than the hot partitions: lag builds up where production is hot.

@@ -6,16 +6,14 @@ itself compares them and reports it (PlanApplied=True, reason BrokerMatches)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
 
 from groupops.model import TopicPartition
-from tests.e2e.consumer_e2e import policy_stack
-from tests.e2e.runtime_support import wait_for
+from tests.e2e.consumer_e2e import StackFactory
+from tests.e2e.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -24,13 +22,9 @@ PARTITIONS = 7  # not a multiple of the replica count: range and roundrobin diff
 
 @pytest.mark.parametrize("strategy", ["range", "roundrobin"])
 def test_native_replicas_join_as_static_members_and_kafka_assigns_what_the_operator_predicts(
-    kube_config: str, kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path, strategy: str
+    new_stack: StackFactory, strategy: str
 ) -> None:
-    with policy_stack(
-        kube_config=kube_config,
-        kafka_bootstrap=kafka_bootstrap,
-        unique_name=unique_name,
-        tmp_path=tmp_path,
+    with new_stack(
         partitions=PARTITIONS,
     ) as s:
         s.apply(

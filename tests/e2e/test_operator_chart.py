@@ -96,3 +96,8 @@ def test_service_monitor_is_optional() -> None:
     with_monitor = render("ops", "metrics.serviceMonitor.enabled=true")
     monitor = next(d for d in yaml.safe_load_all(with_monitor) if d and d["kind"] == "ServiceMonitor")
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    assert "PodMonitor" not in with_monitor
+    with_pods = render("ops", "metrics.consumerPodMonitor.enabled=true")
+    pods = next(d for d in yaml.safe_load_all(with_pods) if d and d["kind"] == "PodMonitor")
+    assert pods["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+    assert pods["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/managed-by": "groupops"}

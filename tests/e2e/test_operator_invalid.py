@@ -5,7 +5,6 @@ Event. The operator keeps running and keeps reconciling good policies throughout
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +15,9 @@ from tests.e2e.operator_support import (
     OperatorProcess,
     cgp,
     condition,
-    create_namespace,
-    install_crd,
-    kubetool,
-    operator_fixture,
     settled,
-    wait_for,
 )
-from tests.fixtures.stack import make_unique_name
+from tests.e2e.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -153,28 +147,6 @@ REJECTED = [
 ]
 
 
-@pytest.fixture(scope="module")
-def kubectl(kube_config: str) -> Kubectl:
-    kubetool("kubectl")
-    client = Kubectl(kube_config)
-    install_crd(client)
-    return client
-
-
-@pytest.fixture(scope="module")
-def namespace(kubectl: Kubectl) -> str:
-    name = make_unique_name("invalid")
-    create_namespace(kubectl, name)
-    return name
-
-
-@pytest.fixture(scope="module")
-def operator(
-    kube_config: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[OperatorProcess]:
-    yield from operator_fixture(kube_config, namespace, tmp_path_factory.mktemp("operator"))
-
-
 @pytest.mark.parametrize(("manifest", "field"), REJECTED)
 def test_api_server_rejects_naming_the_field(
     kubectl: Kubectl, namespace: str, manifest: dict[str, Any], field: str
@@ -263,7 +235,7 @@ def events_of(kubectl: Kubectl, namespace: str, name: str) -> list[str]:
 def test_operator_reports_what_only_it_can_judge(
     kubectl: Kubectl,
     namespace: str,
-    operator: OperatorProcess,
+    module_operator: OperatorProcess,
     manifest: dict[str, Any],
     kind: str,
     reason: str,
@@ -276,11 +248,11 @@ def test_operator_reports_what_only_it_can_judge(
     wait_for(
         f"an Event {reason} on {name}", lambda: reason in events_of(kubectl, namespace, name), timeout=30
     )
-    assert operator.alive()
+    assert module_operator.alive()
 
 
 def test_a_fixed_policy_recovers_and_the_operator_never_stopped(
-    kubectl: Kubectl, namespace: str, operator: OperatorProcess, tmp_path: Path
+    kubectl: Kubectl, namespace: str, module_operator: OperatorProcess, tmp_path: Path
 ) -> None:
     broken = variant("fixable", consumers={"replicas": 2, "priorities": {"orders-5": 1}})
     kubectl.apply(broken, namespace)
@@ -290,4 +262,4 @@ def test_a_fixed_policy_recovers_and_the_operator_never_stopped(
     assert condition(policy, "Ready")["reason"] == "Reconciled"
     kubectl.apply(variant("good"), namespace)
     wait_for("a good policy beside the bad ones", settled(kubectl, namespace, "good"), timeout=60)
-    assert operator.alive() and operator.starts == 1
+    assert module_operator.alive() and module_operator.starts == 1

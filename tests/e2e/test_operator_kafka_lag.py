@@ -17,8 +17,8 @@ from tests.e2e.operator_support import (
     create_namespace,
     groupops_assign,
     settled,
-    wait_for,
 )
+from tests.e2e.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 

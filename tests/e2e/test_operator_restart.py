@@ -16,8 +16,8 @@ from tests.e2e.operator_support import (
     create_namespace,
     plan_of,
     settled,
-    wait_for,
 )
+from tests.e2e.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -8,13 +8,16 @@ Every test has its own namespace, topic and group, and stops its processes at th
 from __future__ import annotations
 
 import signal
+import socket
 import time
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from groupops.consumer.audit import AuditReport, Fault, audit, load_journals
 from groupops.model import MemberId, TopicPartition
@@ -32,8 +35,8 @@ from tests.e2e.runtime_support import (
     create_topic,
     proxied_kubeconfig,
     stop_all,
-    wait_for,
 )
+from tests.e2e.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -211,6 +214,44 @@ def test_replicas_follow_every_plan_and_hand_partitions_over_without_loss_or_ove
     assert report_seen.unexplained == []
     moves = sum(1 for p in driver.publications if p.waiting)
     assert moves >= 4, "each replan went through a release epoch"
+
+
+def scrape(port: int) -> dict[str, float]:
+    """The unlabelled samples of a replica's /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if not sample.labels
+    }
+
+
+def test_a_replica_serves_metrics_that_match_the_plan_it_acknowledged(group: Group) -> None:
+    g = group
+    identities = [g.identity(0), g.identity(1)]
+    driver = g.start_driver(identities, engine_target("range", {g.topic: g.partitions}))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    g.consumer(identities[0], extra={"GROUPOPS_METRICS_PORT": str(port)})
+    g.consumer(identities[1])
+    wait_for("both acknowledging", lambda: g.all_acked_current(identities), STARTUP_S)
+
+    def metrics_of_the_current_plan() -> dict[str, float] | None:
+        epoch, owned = driver.current().epoch, len(owned_in_plan(g, identities[0]))
+        samples = scrape(port)
+        matches = (
+            samples.get("groupops_consumer_epoch_applied") == epoch
+            and samples.get("groupops_consumer_partitions_owned") == owned
+        )
+        return samples if matches else None
+
+    samples = wait_for("the scraped metrics matching the plan", metrics_of_the_current_plan, 60)
+    assert samples["groupops_consumer_partitions_owned"] == g.partitions // 2
+    assert samples["groupops_consumer_lease_valid"] == 1
+    assert samples["groupops_consumer_self_fences_total"] == 0
 
 
 def test_sigterm_releases_everything_and_the_standby_takes_over_without_waiting_for_expiry(

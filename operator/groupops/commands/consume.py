@@ -53,6 +53,10 @@ def consume_command(
     lease_duration: Annotated[
         int | None, typer.Option(help="Lease duration in seconds [GROUPOPS_LEASE_DURATION_SECONDS].")
     ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(help="Serve Prometheus metrics on this port, 0 for none [GROUPOPS_METRICS_PORT]."),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at debug level.")] = False,
 ) -> None:
     """Consume the partitions the plan gives this identity (or join the group natively)."""
@@ -76,6 +80,7 @@ def consume_command(
         "GROUPOPS_PROCESSOR": processor,
         "GROUPOPS_RECORD_DIR": None if record_dir is None else str(record_dir),
         "GROUPOPS_LEASE_DURATION_SECONDS": None if lease_duration is None else str(lease_duration),
+        "GROUPOPS_METRICS_PORT": None if metrics_port is None else str(metrics_port),
     }
     environment = {**os.environ, **{key: value for key, value in overrides.items() if value is not None}}
     try:
@@ -99,6 +104,8 @@ def consume_command(
     signal.signal(signal.SIGINT, on_signal)
     try:
         runtime.run()
+    except ConsumerConfigError as e:  # the metrics port cannot be bound
+        fail(f"{e.message} ({_flag_of(e.field)})", code=BAD_INPUT)
     except ConsumerError as e:
         fail(str(e), code=RUNTIME_FAILURE)
 
@@ -114,6 +121,7 @@ _FLAGS = {
     "GROUPOPS_STRATEGY": "--strategy",
     "GROUPOPS_PROCESSOR": "--processor",
     "GROUPOPS_LEASE_DURATION_SECONDS": "--lease-duration",
+    "GROUPOPS_METRICS_PORT": "--metrics-port",
 }
 
 

@@ -30,6 +30,7 @@ from groupops.consumer.errors import ConsumerError, KafkaFailure, LeaseLostError
 from groupops.consumer.journal import Journal, open_journal
 from groupops.consumer.kube import KubeClient
 from groupops.consumer.lease import LeaseKeeper
+from groupops.consumer.metrics import ConsumerMetrics
 from groupops.consumer.processors import Processor
 from groupops.consumer.runtime import ProcessingError, kafka_config
 from groupops.consumer.settings import NATIVE_STRATEGIES, RuntimeSettings
@@ -47,9 +48,15 @@ class NativeRuntime:
     """One static member of the group. `run()` blocks until `stop()` or a fatal error."""
 
     def __init__(
-        self, settings: RuntimeSettings, processor: Processor, *, journal: Journal | None = None
+        self,
+        settings: RuntimeSettings,
+        processor: Processor,
+        *,
+        journal: Journal | None = None,
+        metrics: ConsumerMetrics | None = None,
     ) -> None:
         self.settings = settings
+        self.metrics = metrics or ConsumerMetrics()
         self._processor = processor
         self.incarnation = uuid.uuid4().hex
         self._journal = journal or open_journal(settings.record_dir, settings.identity, self.incarnation)
@@ -66,6 +73,13 @@ class NativeRuntime:
         self._stop.set()
 
     def run(self) -> None:
+        self.metrics.serve_as_configured(self.settings.metrics)
+        try:
+            self._run()
+        finally:
+            self.metrics.close()
+
+    def _run(self) -> None:
         settings = self.settings
         kube = KubeClient.connect(
             settings.namespace, kubeconfig=settings.kubeconfig, timeout_s=settings.lease.request_timeout_s
@@ -136,6 +150,7 @@ class NativeRuntime:
         tp = TopicPartition(message.topic(), message.partition())
         self._progress[tp] = message.offset() + 1
         self.processed += 1
+        self.metrics.processed(tp)
         self._journal.processed(tp.topic, tp.partition, message.offset(), start, end)
 
     def _commit(self, partitions: set[TopicPartition] | None, *, asynchronous: bool) -> None:
@@ -154,6 +169,7 @@ class NativeRuntime:
 
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
         self._owned = self._owned | {TopicPartition(p.topic, p.partition) for p in partitions}
+        self.metrics.owning(len(self._owned))
         self._report("assign", partitions)
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
@@ -168,6 +184,8 @@ class NativeRuntime:
 
     def _forget(self, partitions: set[TopicPartition]) -> None:
         self._owned = self._owned - partitions
+        self.metrics.released(partitions)
+        self.metrics.owning(len(self._owned))
         for tp in partitions:
             self._progress.pop(tp, None)
 
@@ -177,6 +195,10 @@ class NativeRuntime:
         log.info("%s %d partitions: %s", kind, len(names), ", ".join(names[:12]))
 
     def _on_commit(self, error: Any, partitions: list[Any]) -> None:
+        if error is not None or any(p.error is not None for p in partitions):
+            self.metrics.commit_failed()
+        else:
+            self.metrics.commit_succeeded()
         if error is not None:
             log.warning("commit failed: %s", error)
             return
@@ -200,5 +222,6 @@ class NativeRuntime:
         finally:
             if self._keeper is not None and not self._keeper.lost:
                 self._keeper.release(through=0, acked_epoch=None)
+            self.metrics.stopped()
             self._journal.event("stop", time.time(), processed=self.processed)
             self._journal.close()

@@ -21,6 +21,9 @@ The main loop, one thread, owns the Kafka consumer (confluent-kafka, manual assi
 
 On stop (SIGTERM): commit synchronously, unassign everything, release the Lease (nothing owned,
 released through the newest epoch seen), close. A graceful stop therefore hands over at once.
+
+Metrics (consumer/metrics.py lists them) are updated at those same steps and served on
+`settings.metrics` when a port is set, from before the Lease is taken until `run()` returns.
 """
 
 from __future__ import annotations
@@ -35,10 +38,16 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaPartition
 
-from groupops.consumer.errors import ConsumerError, KafkaFailure, KubeError, LeaseLostError
+from groupops.consumer.errors import (
+    ConsumerError,
+    KafkaFailure,
+    KubeError,
+    LeaseLostError,
+)
 from groupops.consumer.journal import Journal, open_journal
 from groupops.consumer.kube import KubeClient
 from groupops.consumer.lease import LeaseKeeper
+from groupops.consumer.metrics import ConsumerMetrics
 from groupops.consumer.planwatch import PlanWatcher
 from groupops.consumer.processors import Processor
 from groupops.consumer.settings import RuntimeSettings
@@ -88,9 +97,15 @@ class PlanRuntime:
     signal handler) or a fatal error (raised, after releasing what can be released)."""
 
     def __init__(
-        self, settings: RuntimeSettings, processor: Processor, *, journal: Journal | None = None
+        self,
+        settings: RuntimeSettings,
+        processor: Processor,
+        *,
+        journal: Journal | None = None,
+        metrics: ConsumerMetrics | None = None,
     ) -> None:
         self.settings = settings
+        self.metrics = metrics or ConsumerMetrics()
         self._processor = processor
         self.incarnation = uuid.uuid4().hex
         self._journal = journal or open_journal(settings.record_dir, settings.identity, self.incarnation)
@@ -119,6 +134,13 @@ class PlanRuntime:
     # -- lifecycle ----------------------------------------------------------------------------------
 
     def run(self) -> None:
+        self.metrics.serve_as_configured(self.settings.metrics)
+        try:
+            self._run()
+        finally:
+            self.metrics.close()
+
+    def _run(self) -> None:
         settings = self.settings
         clients = [
             KubeClient.connect(
@@ -202,6 +224,7 @@ class PlanRuntime:
         except KafkaException as e:
             log.error("releasing partitions on stop failed: %s", e)
         finally:
+            self.metrics.stopped()
             if keeper is not None and not keeper.lost:
                 newest = -1 if watcher is None else watcher.newest_epoch
                 keeper.release(through=max(newest, self._applied or 0), acked_epoch=self._applied)
@@ -237,6 +260,7 @@ class PlanRuntime:
         self._apply(latest)
 
     def _apply(self, published: PublishedPlan) -> None:
+        started = time.monotonic()
         mine = set(published.plan.assignment.get(self._identity, ()))
         leaving = self._owned - mine
         entering = mine - self._owned
@@ -255,6 +279,9 @@ class PlanRuntime:
         assert self._keeper is not None
         self._keeper.report(acked_epoch=published.epoch, partitions=tuple(mine), state=LeaseState.ACTIVE)
         self._keeper.kick()
+        self.metrics.plan_applied(published.epoch, owned=len(mine))
+        if leaving:
+            self.metrics.revoked(time.monotonic() - started)
         self._journal.event("ack", time.time(), epoch=published.epoch, owned=len(mine))
         log.info(
             "applied plan epoch %d: %d owned, %d released, %d assigned",
@@ -272,10 +299,12 @@ class PlanRuntime:
         for tp in leaving:
             self._progress.pop(tp, None)
             self._committed.pop(tp, None)
+        self.metrics.released(leaving)
         self._journal.event("release", time.time(), parts=_names(leaving))
 
     def _fence(self, reason: str) -> None:
-        if self._active or self._owned:
+        was_consuming = self._active or bool(self._owned)
+        if was_consuming:
             log.warning("stopped consuming everything: %s", reason)
         self._unassign(self._owned)
         self._owned = set()
@@ -283,6 +312,7 @@ class PlanRuntime:
         self._committed.clear()
         self._active = False
         self._needs_refresh = True
+        self.metrics.fenced(was_consuming=was_consuming)
         if self._keeper is not None:
             self._keeper.report(acked_epoch=self._applied, partitions=(), state=LeaseState.STARTING)
         self._journal.event("fence", time.time(), why=reason)
@@ -348,6 +378,7 @@ class PlanRuntime:
             return
         self._progress[tp] = message.offset() + 1
         self.processed += 1
+        self.metrics.processed(tp)
         self._journal.processed(tp.topic, tp.partition, message.offset(), start, end)
 
     def _usable(self, message: Any) -> bool:
@@ -377,7 +408,33 @@ class PlanRuntime:
             try:
                 self._consumer.commit(offsets=_kafka_partitions(pending, pending), asynchronous=True)
             except KafkaException as e:
+                self.metrics.commit_failed()
                 log.warning("commit failed: %s", e)
+        self._record_lag()
+
+    def _record_lag(self) -> None:
+        """Lag of every owned partition from what the client already holds: the high watermark
+        cached from the last fetch response and the next offset to process (processed progress,
+        else the client's position). A partition with neither known yet is left out."""
+        if not self._owned:
+            return
+        positions = dict(self._progress)
+        lag: dict[TopicPartition, int] = {}
+        try:
+            unprocessed = [tp for tp in self._owned if tp not in self._progress]
+            if unprocessed:
+                for partition in self._consumer.position(_kafka_partitions(unprocessed)):
+                    positions[TopicPartition(partition.topic, partition.partition)] = partition.offset
+            for tp in self._owned:
+                watermarks = self._consumer.get_watermark_offsets(
+                    KafkaPartition(tp.topic, tp.partition), cached=True
+                )
+                position = positions.get(tp, -1)
+                if watermarks is not None and watermarks[1] >= 0 and position >= 0:
+                    lag[tp] = max(0, watermarks[1] - position)
+        except KafkaException as e:
+            log.debug("lag not known: %s", e)
+        self.metrics.record_lag(lag)
 
     def _commit_sync(self, partitions: Iterable[TopicPartition]) -> bool:
         pending = self._pending(partitions)
@@ -389,8 +446,10 @@ class PlanRuntime:
                     offsets=_kafka_partitions(pending, pending), asynchronous=False
                 )
             except KafkaException as e:
+                self.metrics.commit_failed()
                 log.warning("synchronous commit attempt %d/%d failed: %s", attempt, _SYNC_COMMIT_ATTEMPTS, e)
                 continue
+            self._count_commit(result)
             self._record_commits(result)
             pending = {tp: pending[tp] for tp in pending if self._committed.get(tp) != pending[tp]}
         if pending:
@@ -401,10 +460,20 @@ class PlanRuntime:
         return True
 
     def _on_commit(self, error: Any, partitions: list[Any]) -> None:
+        """librdkafka's offset_commit_cb: asynchronous commits only (confluent-kafka hands a
+        synchronous commit's result back from commit() instead)."""
         if error is not None:
+            self.metrics.commit_failed()
             log.warning("asynchronous commit failed: %s", error)
             return
+        self._count_commit(partitions)
         self._record_commits(partitions)
+
+    def _count_commit(self, partitions: list[Any]) -> None:
+        if any(partition.error is not None for partition in partitions):
+            self.metrics.commit_failed()
+        else:
+            self.metrics.commit_succeeded()
 
     def _record_commits(self, partitions: list[Any]) -> None:
         now = time.time()

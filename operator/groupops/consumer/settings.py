@@ -16,11 +16,15 @@ Environment (flags of `groupops consume` override the same names):
     GROUPOPS_LEASE_DURATION_SECONDS (10), GROUPOPS_RENEW_INTERVAL_SECONDS (1),
     GROUPOPS_RENEW_DEADLINE_SECONDS (3/4 of the duration), GROUPOPS_COMMIT_INTERVAL_SECONDS (1),
     GROUPOPS_BATCH_SIZE (100), GROUPOPS_PROCESSOR (module:callable), GROUPOPS_RECORD_DIR
+    GROUPOPS_METRICS_PORT       serve Prometheus metrics on this port (plan delivery); unset or 0:
+                                not served
+    GROUPOPS_METRICS_HOST       address the metrics server binds (127.0.0.1; 0.0.0.0 in a pod)
     KUBECONFIG                  outside a cluster; inside, the pod's ServiceAccount is used
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 from collections.abc import Mapping
@@ -37,6 +41,7 @@ __all__ = [
     "Delivery",
     "KafkaClientSettings",
     "LeaseSettings",
+    "MetricsSettings",
     "RuntimeSettings",
 ]
 
@@ -94,6 +99,34 @@ class KafkaClientSettings:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class MetricsSettings:
+    """Prometheus exposition of this replica (consumer/metrics.py).
+
+    port: None (or 0) serves nothing, the default: a replica opens a port only when its pod asks.
+    host: 127.0.0.1 by default so nothing listens beyond the machine unless told to; a pod that
+    Prometheus scrapes sets GROUPOPS_METRICS_HOST=0.0.0.0.
+    """
+
+    port: int | None = None
+    host: str = "127.0.0.1"
+
+    def __post_init__(self) -> None:
+        if self.port == 0:
+            object.__setattr__(self, "port", None)
+        if self.port is not None and not 0 < self.port < 65536:
+            raise ConsumerConfigError(
+                "GROUPOPS_METRICS_PORT", f"expected a port from 1 to 65535 (0 for none), got {self.port}"
+            )
+        try:
+            ipaddress.ip_address(self.host)
+        except ValueError:
+            raise ConsumerConfigError(
+                "GROUPOPS_METRICS_HOST",
+                f"expected an IP address to listen on (127.0.0.1, 0.0.0.0, ::), got {self.host!r}",
+            ) from None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RuntimeSettings:
     """Everything one consumer process needs. See the module docstring for the sources."""
 
@@ -102,6 +135,7 @@ class RuntimeSettings:
     namespace: str
     kafka: KafkaClientSettings
     lease: LeaseSettings = field(default_factory=LeaseSettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
     delivery: Delivery = Delivery.PLAN
     strategy: str = ""
     topics: tuple[str, ...] = ()
@@ -169,6 +203,10 @@ class RuntimeSettings:
             namespace=source.get("GROUPOPS_NAMESPACE") or _pod_namespace(),
             kafka=kafka,
             lease=lease,
+            metrics=MetricsSettings(
+                port=_int(source, "GROUPOPS_METRICS_PORT", 0),
+                host=source.get("GROUPOPS_METRICS_HOST", "").strip() or "127.0.0.1",
+            ),
             delivery=delivery,
             strategy=source.get("GROUPOPS_STRATEGY", ""),
             topics=tuple(t.strip() for t in source.get("GROUPOPS_TOPICS", "").split(",") if t.strip()),

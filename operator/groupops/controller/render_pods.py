@@ -65,6 +65,11 @@ class Slot:
     zone: str | None = None
 
 
+CONSUMER_METRICS_PORT = 9400
+"""Where each replica serves its Prometheus metrics (port `metrics`) unless its template sets
+GROUPOPS_METRICS_PORT itself."""
+
+
 def _shared_env(policy: PolicyRef, spec: PolicySpec, lease_seconds: int) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": "GROUPOPS_POLICY", "value": policy.name},
@@ -138,7 +143,15 @@ def render_pod(
         {"name": "GROUPOPS_LEASE_NAME", "value": lease_name(policy.name, slot.identity)},
     ]
     ours = {item["name"] for item in env}
-    container["env"] = [item for item in container.get("env") or [] if item.get("name") not in ours] + env
+    theirs = [item for item in container.get("env") or [] if item.get("name") not in ours]
+    if not any(item.get("name") == "GROUPOPS_METRICS_PORT" for item in theirs):
+        env += [
+            {"name": "GROUPOPS_METRICS_PORT", "value": str(CONSUMER_METRICS_PORT)},
+            {"name": "GROUPOPS_METRICS_HOST", "value": "0.0.0.0"},  # all of the pod: Prometheus scrapes it
+        ]
+        ports = [port for port in container.get("ports") or [] if port.get("name") != "metrics"]
+        container["ports"] = [*ports, {"name": "metrics", "containerPort": CONSUMER_METRICS_PORT}]
+    container["env"] = theirs + env
     if spec.kafka.auth_secret:
         mounts = [m for m in container.get("volumeMounts") or [] if m.get("name") != AUTH_VOLUME]
         container["volumeMounts"] = [

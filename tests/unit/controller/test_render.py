@@ -67,6 +67,21 @@ def test_pod_carries_identity_policy_and_kafka_settings() -> None:
     assert env["X"] == "1", "the template's own environment stays"
 
 
+def test_pod_serves_consumer_metrics_unless_its_template_says_where() -> None:
+    rendered = pod()
+    env = env_of(rendered)
+    assert (env["GROUPOPS_METRICS_PORT"], env["GROUPOPS_METRICS_HOST"]) == ("9400", "0.0.0.0")
+    assert rendered["spec"]["containers"][0]["ports"] == [{"name": "metrics", "containerPort": 9400}]
+    own = copy.deepcopy(SPEC)
+    own["consumers"]["template"]["spec"]["containers"][0]["env"].append(
+        {"name": "GROUPOPS_METRICS_PORT", "value": "0"}
+    )
+    chosen = pod(own)
+    assert env_of(chosen)["GROUPOPS_METRICS_PORT"] == "0"
+    assert "GROUPOPS_METRICS_HOST" not in env_of(chosen)
+    assert "ports" not in chosen["spec"]["containers"][0]
+
+
 def test_pod_mounts_the_auth_secret_by_reference() -> None:
     rendered = pod()
     volumes = {v["name"]: v for v in rendered["spec"]["volumes"]}

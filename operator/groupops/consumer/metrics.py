@@ -1,0 +1,202 @@
+"""The plan-following consumer's Prometheus metrics (prometheus-client), on their own registry.
+
+Who uses it: runtime.PlanRuntime updates them where it applies a plan, commits, fences and
+processes; native.NativeRuntime where Kafka assigns and revokes, commits and processes (there
+`epoch_applied` stays -1: Kafka's generations, not plan epochs, order its assignments).
+`serve` exposes them over HTTP when GROUPOPS_METRICS_PORT (`--metrics-port`) is set.
+One process is one identity, so no series carries the identity: Prometheus' target labels (pod)
+tell replicas apart. Labels stay bounded: at most one series per partition, never per message.
+
+| groupops_consumer_...    | type      | labels           | meaning                                          |
+|--------------------------|-----------|------------------|--------------------------------------------------|
+| epoch_applied            | gauge     |                  | last plan epoch applied and acknowledged (-1     |
+|                          |           |                  | before the first; kept while fenced)             |
+| partitions_owned         | gauge     |                  | partitions assigned now (0 fenced or stopped)    |
+| lease_valid              | gauge     |                  | 1 while the replica may consume; 0 while it      |
+|                          |           |                  | waits for its Lease, is self-fenced or stopped   |
+| messages_processed_total | counter   | topic, partition | messages processed and accepted (offset stored)  |
+| commits_total            | counter   |                  | offset commits the broker accepted (sync, async) |
+| commit_failures_total    | counter   |                  | commits that failed, wholly or for a partition   |
+| self_fences_total        | counter   |                  | times the replica stopped consuming everything   |
+|                          |           |                  | (Lease not renewed, fenced, lost, fatal error)   |
+| revoke_seconds           | histogram |                  | applying an epoch that takes partitions away ->  |
+|                          |           |                  | paused, committed, unassigned, acknowledgement   |
+|                          |           |                  | handed to the Lease keeper (it writes at once)   |
+| lag                      | gauge     | topic, partition | high watermark - next offset to process, per     |
+|                          |           |                  | owned partition, every commit interval, from the |
+|                          |           |                  | client's cached watermarks (no broker call)      |
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from groupops.consumer.errors import ConsumerConfigError
+from groupops.consumer.settings import MetricsSettings
+from groupops.model import TopicPartition
+
+__all__ = ["ConsumerMetrics"]
+
+_PARTITION_LABELS = ("topic", "partition")
+# A revoke is one pause + synchronous commit + unassign: milliseconds on a healthy broker, up to
+# the sync commit's retries (3 x 10 s) on a sick one.
+_REVOKE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class _ProcessedByPartition(Collector):
+    """groupops_consumer_messages_processed_total, kept as plain integers and read at scrape
+    time: a prometheus-client Counter takes a lock per increment (0.83 µs measured), paid per
+    message here; a dict increment from the runtime's one thread costs 0.13 µs."""
+
+    def __init__(self) -> None:
+        self.counts: dict[TopicPartition, int] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "groupops_consumer_messages_processed",
+            "Messages processed and accepted.",
+            labels=_PARTITION_LABELS,
+        )
+        # dict.copy() is atomic under the GIL: a scrape never sees the dict change size mid-way.
+        for tp, count in sorted(self.counts.copy().items()):
+            family.add_metric([tp.topic, str(tp.partition)], count)
+        yield family
+
+
+class ConsumerMetrics:
+    """One replica's metrics. Updated from the runtime's thread (and its commit callback, which
+    runs in that same thread); read by the exposition server's threads (prometheus-client locks)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.epoch_applied = Gauge(
+            "groupops_consumer_epoch_applied",
+            "Last plan epoch applied and acknowledged (-1 before the first).",
+            registry=self.registry,
+        )
+        self.epoch_applied.set(-1)
+        self.partitions_owned = Gauge(
+            "groupops_consumer_partitions_owned",
+            "Partitions this replica consumes now.",
+            registry=self.registry,
+        )
+        self.lease_valid = Gauge(
+            "groupops_consumer_lease_valid",
+            "1 while this replica may consume, 0 while it waits for its Lease or is self-fenced.",
+            registry=self.registry,
+        )
+        self._processed = _ProcessedByPartition()
+        self.registry.register(self._processed)
+        self.commits = Counter(
+            "groupops_consumer_commits", "Offset commits the broker accepted.", registry=self.registry
+        )
+        self.commit_failures = Counter(
+            "groupops_consumer_commit_failures", "Offset commits that failed.", registry=self.registry
+        )
+        self.self_fences = Counter(
+            "groupops_consumer_self_fences",
+            "Times this replica stopped consuming everything.",
+            registry=self.registry,
+        )
+        self.revoke_seconds = Histogram(
+            "groupops_consumer_revoke_seconds",
+            "From applying an epoch that takes partitions away to them released, committed and acknowledged.",
+            buckets=_REVOKE_BUCKETS,
+            registry=self.registry,
+        )
+        self.lag = Gauge(
+            "groupops_consumer_lag",
+            "High watermark minus the next offset to process, per owned partition.",
+            _PARTITION_LABELS,
+            registry=self.registry,
+        )
+        self._lag_partitions: set[TopicPartition] = set()
+        self._server: WSGIServer | None = None
+        self._server_thread: threading.Thread | None = None
+
+    # -- what the runtime reports ---------------------------------------------------------------
+
+    def plan_applied(self, epoch: int, *, owned: int) -> None:
+        self.epoch_applied.set(epoch)
+        self.partitions_owned.set(owned)
+        self.lease_valid.set(1)
+
+    def owning(self, count: int) -> None:
+        """Delivery native: Kafka's assignment changed; the replica now owns `count` partitions."""
+        self.partitions_owned.set(count)
+        self.lease_valid.set(1)
+
+    def revoked(self, seconds: float) -> None:
+        self.revoke_seconds.observe(seconds)
+
+    def released(self, partitions: Iterable[TopicPartition]) -> None:
+        """Partitions left this replica: their lag is no longer this replica's to report."""
+        for tp in partitions:
+            if tp in self._lag_partitions:
+                self._lag_partitions.discard(tp)
+                with contextlib.suppress(KeyError):
+                    self.lag.remove(tp.topic, str(tp.partition))
+
+    def fenced(self, *, was_consuming: bool) -> None:
+        """The replica dropped everything; counted only when it was consuming (or owned
+        something) before, so a fence while already stopped is not a second one."""
+        if was_consuming:
+            self.self_fences.inc()
+        self.stopped()
+
+    def stopped(self) -> None:
+        self.partitions_owned.set(0)
+        self.lease_valid.set(0)
+        self.released(list(self._lag_partitions))
+
+    def processed(self, tp: TopicPartition) -> None:
+        counts = self._processed.counts
+        counts[tp] = counts.get(tp, 0) + 1
+
+    def commit_succeeded(self) -> None:
+        self.commits.inc()
+
+    def commit_failed(self) -> None:
+        self.commit_failures.inc()
+
+    def record_lag(self, lag_by_partition: Mapping[TopicPartition, int]) -> None:
+        for tp, lag in lag_by_partition.items():
+            self.lag.labels(tp.topic, str(tp.partition)).set(lag)
+            self._lag_partitions.add(tp)
+
+    # -- exposition -------------------------------------------------------------------------------
+
+    def serve_as_configured(self, settings: MetricsSettings) -> None:
+        """`serve` on the replica's settings; a port that cannot be bound is a config error."""
+        try:
+            self.serve(settings.host, settings.port)
+        except OSError as e:
+            raise ConsumerConfigError(
+                "GROUPOPS_METRICS_PORT",
+                f"cannot serve metrics on {settings.host}:{settings.port}: {e.strerror}",
+            ) from e
+
+    def serve(self, host: str, port: int | None) -> None:
+        """Serve /metrics on host:port in a daemon thread; port 0 or None: do nothing. Raises
+        OSError when the address cannot be bound."""
+        if not port:
+            return
+        self._server, self._server_thread = start_http_server(port, addr=host, registry=self.registry)
+
+    def close(self) -> None:
+        """Stop serving (idempotent)."""
+        server, thread = self._server, self._server_thread
+        self._server = self._server_thread = None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if thread is not None:
+            thread.join(timeout=5)
