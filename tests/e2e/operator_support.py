@@ -14,7 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -233,9 +233,11 @@ def groupops_assign(document: dict[str, Any]) -> dict[str, Any]:
     return dict(json.loads(result.stdout))
 
 
-def operator_fixture(kube_config: str, namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
+def operator_fixture(
+    kube_config: str, namespace: str, tmp_path: Path, *, extra: Sequence[str] = ()
+) -> Iterator[OperatorProcess]:
     operator = OperatorProcess(
-        kubeconfig=kube_config, namespace=namespace, log_path=tmp_path / "operator.log"
+        kubeconfig=kube_config, namespace=namespace, log_path=tmp_path / "operator.log", extra=list(extra)
     )
     operator.start()
     try:

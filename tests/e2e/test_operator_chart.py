@@ -90,6 +90,16 @@ def test_deployment_is_locked_down() -> None:
     )
 
 
+def test_offset_history_topic_is_passed_only_when_set() -> None:
+    def args(*values: str) -> list[str]:
+        documents = [d for d in yaml.safe_load_all(render("ops", *values)) if d]
+        deployment = next(d for d in documents if d["kind"] == "Deployment")
+        return list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+
+    assert not any(a.startswith("--history-topic") for a in args())
+    assert "--history-topic=groupops-offsets" in args("operator.historyTopic=groupops-offsets")
+
+
 def test_service_monitor_is_optional() -> None:
     without = render("ops")
     assert "ServiceMonitor" not in without

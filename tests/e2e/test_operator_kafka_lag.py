@@ -1,14 +1,19 @@
 """The operator reads lag from the real Kafka broker (lagSource kafka): the plan and status follow
-the messages actually waiting, and a topic the cluster does not have is reported, not crashed on."""
+the messages actually waiting, every read lands in the offset history topic (--history-topic),
+and a topic the cluster does not have is reported, not crashed on."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer
+from confluent_kafka import TopicPartition as KafkaPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from groupops.lag.history import SnapshotRow, from_json
 from tests.e2e.operator_support import (
     Kubectl,
     OperatorProcess,
@@ -16,6 +21,7 @@ from tests.e2e.operator_support import (
     condition,
     create_namespace,
     groupops_assign,
+    operator_fixture,
     settled,
 )
 from tests.e2e.waiting import wait_for
@@ -30,6 +36,37 @@ def namespace(kubectl: Kubectl, unique_name: Any) -> str:
     name: str = unique_name("kafka-lag")
     create_namespace(kubectl, name)
     return name
+
+
+@pytest.fixture
+def history_topic(unique_name: Any) -> str:
+    name: str = unique_name("offsets")
+    return name
+
+
+@pytest.fixture
+def operator(
+    kube_config: str, namespace: str, tmp_path: Path, history_topic: str
+) -> Iterator[OperatorProcess]:
+    yield from operator_fixture(kube_config, namespace, tmp_path, extra=["--history-topic", history_topic])
+
+
+def history_rows(bootstrap: str, topic: str) -> list[SnapshotRow]:
+    """Every row appended to the offset history topic so far."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "history-reader", "enable.partition.eof": True}
+    )
+    try:
+        consumer.assign([KafkaPartition(topic, 0, OFFSET_BEGINNING)])
+        rows: list[SnapshotRow] = []
+        while True:
+            message = consumer.poll(10.0)
+            if message is None or (message.error() and message.error().code() == KafkaError._PARTITION_EOF):
+                return rows
+            if message.error() is None:
+                rows.append(from_json(message.value()))
+    finally:
+        consumer.close()
 
 
 @pytest.fixture
@@ -62,7 +99,12 @@ def policy(name: str, bootstrap: str, topics: list[str]) -> dict[str, Any]:
 
 
 def test_plan_follows_the_brokers_lag(
-    kubectl: Kubectl, namespace: str, operator: OperatorProcess, kafka_bootstrap: str, topic: str
+    kubectl: Kubectl,
+    namespace: str,
+    operator: OperatorProcess,
+    kafka_bootstrap: str,
+    topic: str,
+    history_topic: str,
 ) -> None:
     kubectl.apply(policy("live", kafka_bootstrap, [topic]), namespace)
     current = wait_for("a plan from the broker's lag", settled(kubectl, namespace, "live"), timeout=90)
@@ -89,6 +131,20 @@ def test_plan_follows_the_brokers_lag(
     assert {m["instanceId"]: m["lag"] for m in status["members"]} == {
         identity: sum(WAITING[p] for _, p in tps) for identity, tps in expected.items()
     }
+
+    # Every read was appended to the offset history, the pipeline's input, on the cluster read.
+    rows = wait_for("the offset history", lambda: history_rows(kafka_bootstrap, history_topic), timeout=60)
+    newest = max(row["ts"] for row in rows)
+    latest = sorted(
+        (row["partition"], row["log_end"], row["committed"], row["member"])
+        for row in rows
+        if row["ts"] == newest
+    )
+    assert latest == [(p, count, None, "") for p, count in enumerate(WAITING)]
+    assert {(row["cluster"], row["group"], row["topic"]) for row in rows} == {
+        (kafka_bootstrap, "live-group", topic)
+    }
+    assert len(rows) % len(WAITING) == 0
 
 
 def test_a_topic_the_cluster_lacks_is_reported(

@@ -44,6 +44,13 @@ def operator_command(
     metrics_port: Annotated[
         int, typer.Option(help="Port of the Prometheus metrics; 0 serves none.", min=0, max=65535)
     ] = 9090,
+    history_topic: Annotated[
+        str | None,
+        typer.Option(
+            "--history-topic",
+            help="Append every kafka lag read to this topic on the cluster read (the pipeline's input).",
+        ),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at debug level.")] = False,
 ) -> None:
     """Run the operator: reconcile every ConsumerGroupPolicy it watches until stopped."""
@@ -54,7 +61,10 @@ def operator_command(
         reconcile=ReconcileSettings(tick_seconds=tick, lease_duration_seconds=lease_duration),
         consumer=ConsumerSettings(image=consumer_image),
         network=NetworkSettings(host=host, health_port=health_port, metrics_port=metrics_port),
+        history_topic=history_topic,
     )
+    if history_topic is not None and not history_topic.strip():
+        fail("the history topic is empty (--history-topic)")
     try:
         run_operator(settings, verbose=verbose)
     except StartupError as e:

@@ -20,6 +20,7 @@ from groupops.controller.metrics import Metrics
 from groupops.controller.render_common import PolicyRef
 from groupops.controller.settings import Settings
 from groupops.controller.wakeup import Wakeup
+from groupops.lag.history import OffsetHistory
 from groupops.planner.handoff import LeaseClock
 
 __all__ = ["Deps", "PolicyLog", "PolicyMemory", "ReconcileFailure", "ReconcileResult", "RunContext", "iso"]
@@ -53,6 +54,7 @@ class Deps:
     metrics: Metrics
     events: EventSink
     wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    history: OffsetHistory | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,6 +13,7 @@ from groupops.controller.kube import KubeClient
 from groupops.controller.metrics import Metrics
 from groupops.controller.reconcile import Deps
 from groupops.controller.settings import Settings
+from groupops.lag.history import OffsetHistory
 
 __all__ = ["StartupError", "run_operator"]
 
@@ -41,7 +42,8 @@ def run_operator(settings: Settings, *, verbose: bool = False) -> None:
             raise StartupError(
                 f"cannot serve metrics: {e.strerror} (--metrics-port {network.metrics_port})"
             ) from e
-    deps = Deps(client=client, settings=settings, metrics=metrics, events=EventSink(client))
+    history = None if settings.history_topic is None else OffsetHistory(settings.history_topic)
+    deps = Deps(client=client, settings=settings, metrics=metrics, events=EventSink(client), history=history)
     log.info(
         "groupops operator: %s, tick %.1fs",
         ", ".join(settings.watch.namespaces) or "cluster-wide",
@@ -54,3 +56,5 @@ def run_operator(settings: Settings, *, verbose: bool = False) -> None:
         namespaces=settings.watch.namespaces,
         liveness_endpoint=f"http://{network.host}:{network.health_port}/healthz",
     )
+    if history is not None:
+        history.close()

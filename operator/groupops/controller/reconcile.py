@@ -252,6 +252,7 @@ def _read_lag(
         client_config={**spec.kafka.properties, **client_config},
         auto_offset_reset=spec.strategy.auto_offset_reset,
         timeout_seconds=run.deps.settings.reconcile.lag_timeout_seconds,
+        history=run.deps.history,
     )
     try:
         source = build_lag_source(spec.lag_source.type, spec.lag_source.settings, context)

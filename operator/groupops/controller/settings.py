@@ -88,7 +88,11 @@ class NetworkSettings:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
+    """history_topic: append every `kafka` lag read (one row per partition) to this topic on the
+    cluster read, the Spark pipeline's input; None appends nothing."""
+
     watch: WatchSettings = field(default_factory=WatchSettings)
     reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
     consumer: ConsumerSettings = field(default_factory=ConsumerSettings)
     network: NetworkSettings = field(default_factory=NetworkSettings)
+    history_topic: str | None = None

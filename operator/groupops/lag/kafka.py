@@ -60,6 +60,7 @@ from groupops.lag.base import (
 from groupops.model import TopicPartition
 
 if TYPE_CHECKING:
+    from groupops.lag.history import OffsetHistory
     from groupops.lag.registry import SourceContext
 
 __all__ = [
@@ -194,6 +195,8 @@ class GroupOffsets:
     partitions: Mapping[str, int]
     partition_racks: Mapping[str, Sequence[frozenset[str]]]
     offsets: Mapping[TopicPartition, PartitionOffsets]
+    owners: Mapping[TopicPartition, str] | None = None
+    """Partition -> member owning it (DescribeGroups, same read); None when not looked at."""
 
     def snapshot(self, auto_offset_reset: str) -> LagSnapshot:
         """The lag snapshot under a reset policy (DESIGN.md's rule, per partition)."""
@@ -231,7 +234,7 @@ def from_spec(spec: Mapping[str, Any], context: SourceContext) -> KafkaLagSource
         require_group=bool(spec.get("requireGroup", False)),
         client_config=dict(context.client_config),
     )
-    return KafkaLagSource(settings)
+    return KafkaLagSource(settings, history=context.history)
 
 
 class _Deadline:
@@ -253,8 +256,9 @@ class _Deadline:
 class KafkaLagSource:
     """The `kafka` LagSource. Holds one AdminClient; call close() (or use `with`) when done."""
 
-    def __init__(self, settings: KafkaLagSettings) -> None:
+    def __init__(self, settings: KafkaLagSettings, *, history: OffsetHistory | None = None) -> None:
         self.settings = settings
+        self._history = history
         config: dict[str, Any] = {
             **settings.client_config,
             "bootstrap.servers": settings.bootstrap_servers,
@@ -306,8 +310,14 @@ class KafkaLagSource:
         """Nothing to flush: the AdminClient holds no pending writes (kept for the Protocol)."""
 
     def read(self, group_id: str, topics: Sequence[str]) -> LagSnapshot:
-        """Lag of `group_id` on `topics` (all topics the group committed on, when empty)."""
-        return self.read_group(group_id, topics).snapshot(self.settings.auto_offset_reset)
+        """Lag of `group_id` on `topics` (all topics the group committed on, when empty); the
+        offsets read are appended to the offset history when the source has one."""
+        offsets = self.read_group(group_id, topics)
+        if self._history is not None:
+            self._history.record(
+                offsets, bootstrap=self.settings.bootstrap_servers, client_config=self.settings.client_config
+            )
+        return offsets.snapshot(self.settings.auto_offset_reset)
 
     def read_group(self, group_id: str, topics: Sequence[str]) -> GroupOffsets:
         """The raw offsets behind `read`, plus whether the group exists and replica racks."""
@@ -315,7 +325,8 @@ class KafkaLagSource:
             raise LagSourceConfigError("group id is empty")
         self._login_refused = None  # judge each read by its own logins
         deadline = _Deadline(self.settings.timeout_s, self.settings.bootstrap_servers)
-        group_known, state = self._describe_group(group_id, deadline)
+        group = self._group(group_id, deadline)
+        group_known, state = group.state not in {"Dead", "Unknown"}, group.state
         if group_known and not topics:
             topics = self._committed_topics(group_id, deadline)
         if not topics:
@@ -346,6 +357,7 @@ class KafkaLagSource:
             partitions=partitions,
             partition_racks=racks,
             offsets=offsets,
+            owners={tp: member for member, owned in group.members.items() for tp in owned},
         )
 
     def assignment(self, group_id: str) -> GroupAssignment:
@@ -381,11 +393,6 @@ class KafkaLagSource:
             return GroupAssignment(group_id=group_id, state=camel, members=members)
 
         return _retrying(attempt, deadline, f"group {group_id!r}")
-
-    def _describe_group(self, group_id: str, deadline: _Deadline) -> tuple[bool, str]:
-        """Whether the group exists, and its state."""
-        group = self._group(group_id, deadline)
-        return group.state not in {"Dead", "Unknown"}, group.state
 
     def _committed_topics(self, group_id: str, deadline: _Deadline) -> list[str]:
         request = [ConsumerGroupTopicPartitions(group_id)]

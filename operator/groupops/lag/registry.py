@@ -12,10 +12,13 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from groupops.lag import burrow, prometheus, static
 from groupops.lag.base import LagSource, LagSourceConfigError
+
+if TYPE_CHECKING:
+    from groupops.lag.history import OffsetHistory
 
 __all__ = ["SOURCE_TYPES", "SourceContext", "SourceFactory", "build_lag_source"]
 
@@ -26,13 +29,15 @@ class SourceContext:
 
     bootstrap_servers / client_config: the policy's Kafka connection (client_config holds the
     librdkafka properties from the auth Secret: never log it); auto_offset_reset: the lag rule for
-    partitions without a commit; timeout_seconds: the budget of one read.
+    partitions without a commit; timeout_seconds: the budget of one read; history: where the
+    `kafka` source appends the offsets it read (None: nowhere).
     """
 
     bootstrap_servers: str
     client_config: Mapping[str, str] = field(default_factory=dict)
     auto_offset_reset: str = "latest"
     timeout_seconds: float = 10.0
+    history: OffsetHistory | None = None
 
     def __repr__(self) -> str:  # keep secrets out of logs and tracebacks
         keys = len(self.client_config)

@@ -25,8 +25,9 @@ at import time so that the capture side stays light.
 from __future__ import annotations
 
 import datetime as dt
-import json
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
+
+from groupops.lag.history import KAFKA_SCHEME, SnapshotRow, from_json, to_json
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -59,20 +60,6 @@ COLUMNS: tuple[str, ...] = (
 )
 
 
-class SnapshotRow(TypedDict):
-    """One snapshot row in Python; `ts` is seconds since the epoch (UTC)."""
-
-    ts: float
-    cluster: str
-    group: str
-    topic: str
-    partition: int
-    log_start: int
-    log_end: int
-    committed: int | None
-    member: str | None
-
-
 JSON_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "groupops offset snapshot",
@@ -97,9 +84,6 @@ JSON_SCHEMA: dict[str, Any] = {
 }
 
 
-KAFKA_SCHEME = "kafka://"
-
-
 def kafka_target(text: str, *, bootstrap: str | None) -> tuple[str, str] | None:
     """`kafka://topic` → (bootstrap, topic); `kafka://host:port[,...]/topic` → (those brokers,
     topic); anything else (a path) → None. Either part may come back empty: callers say which."""
@@ -107,27 +91,6 @@ def kafka_target(text: str, *, bootstrap: str | None) -> tuple[str, str] | None:
         return None
     servers, _, topic = text[len(KAFKA_SCHEME) :].rpartition("/")
     return servers or (bootstrap or ""), topic
-
-
-def to_json(row: SnapshotRow) -> bytes:
-    """The Kafka message value of one row (compact JSON, UTF-8)."""
-    return json.dumps(row, separators=(",", ":")).encode()
-
-
-def from_json(value: bytes) -> SnapshotRow:
-    """Inverse of `to_json` (a missing `member` reads as null)."""
-    document = json.loads(value)
-    return SnapshotRow(
-        ts=float(document["ts"]),
-        cluster=str(document["cluster"]),
-        group=str(document["group"]),
-        topic=str(document["topic"]),
-        partition=int(document["partition"]),
-        log_start=int(document["log_start"]),
-        log_end=int(document["log_end"]),
-        committed=None if document["committed"] is None else int(document["committed"]),
-        member=document.get("member"),
-    )
 
 
 def utc_date(ts: float) -> str:

@@ -32,14 +32,19 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
 
 from groupops.lag.base import LagSourceConfigError
-from groupops.lag.kafka import GroupOffsets, KafkaLagSettings, KafkaLagSource, UnknownGroupError
-from groupops.model import TopicPartition
-from groupops.pipeline.schema import KAFKA_SCHEME, SnapshotRow, arrow_schema, kafka_target, to_json, utc_date
+from groupops.lag.history import (
+    KafkaSink,
+    SnapshotError,
+    SnapshotRow,
+    SnapshotSinkError,
+    rows_from_offsets,
+)
+from groupops.lag.kafka import KafkaLagSettings, KafkaLagSource, UnknownGroupError
+from groupops.pipeline.schema import arrow_schema, kafka_target, utc_date
 
 __all__ = [
     "CaptureSettings",
@@ -59,40 +64,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-class SnapshotError(Exception):
-    """Base of snapshot capture and sink failures."""
-
-
 class SnapshotTargetError(SnapshotError):
     """The sink target cannot be understood."""
-
-
-class SnapshotSinkError(SnapshotError):
-    """Appending rows to the sink failed."""
-
-
-def rows_from_offsets(
-    offsets: GroupOffsets, *, cluster: str, owners: Mapping[TopicPartition, str] | None = None
-) -> list[SnapshotRow]:
-    """One row per partition of a group read. `owners` maps a partition to its member; when given,
-    partitions without an owner get member "" (no owner); when None, member is null (not read)."""
-    rows: list[SnapshotRow] = []
-    for tp in sorted(offsets.offsets):
-        raw = offsets.offsets[tp]
-        rows.append(
-            SnapshotRow(
-                ts=offsets.taken_at,
-                cluster=cluster,
-                group=offsets.group_id,
-                topic=tp.topic,
-                partition=tp.partition,
-                log_start=raw.log_start,
-                log_end=raw.log_end,
-                committed=raw.committed,
-                member=None if owners is None else owners.get(tp, ""),
-            )
-        )
-    return rows
 
 
 # -- sinks --------------------------------------------------------------------------------------
@@ -138,67 +111,6 @@ class ParquetSink:
 
     def close(self) -> None:
         """Nothing buffered: every write is a closed file."""
-
-
-class KafkaSink:
-    """Appends JSON rows to a Kafka topic (created with `partitions` when missing)."""
-
-    def __init__(
-        self,
-        bootstrap: str,
-        topic: str,
-        *,
-        client_config: Mapping[str, str] | None = None,
-        partitions: int = 1,
-        timeout_s: float = 15.0,
-    ) -> None:
-        self.bootstrap = bootstrap
-        self.topic = topic
-        self.timeout_s = timeout_s
-        config: dict[str, Any] = {**(client_config or {}), "bootstrap.servers": bootstrap}
-        self._ensure_topic(config, partitions)
-        self._producer = Producer({**config, "linger.ms": 20, "acks": "all", "logger": log})
-
-    def describe(self) -> str:
-        return f"{KAFKA_SCHEME}{self.topic} on {self.bootstrap}"
-
-    def _ensure_topic(self, config: dict[str, Any], partitions: int) -> None:
-        admin_config: dict[str, Any] = {**config, "logger": log}
-        admin = AdminClient(admin_config)
-        try:
-            listed = admin.list_topics(timeout=self.timeout_s)
-            if self.topic in listed.topics:
-                return
-            future = admin.create_topics([NewTopic(self.topic, partitions)], request_timeout=self.timeout_s)
-            future[self.topic].result(timeout=self.timeout_s + 1)
-        except KafkaException as e:
-            error = e.args[0] if e.args else e
-            if isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                return  # another writer created it between our listing and our request
-            raise SnapshotSinkError(f"cannot create topic {self.topic!r} on {self.bootstrap}: {error}") from e
-
-    def write(self, rows: Sequence[SnapshotRow]) -> None:
-        failures: list[str] = []
-
-        def delivered(error: Any, _message: Any) -> None:
-            if error is not None:
-                failures.append(str(error))
-
-        try:
-            for row in rows:
-                self._producer.produce(
-                    self.topic, key=row["group"].encode(), value=to_json(row), on_delivery=delivered
-                )
-                self._producer.poll(0)
-        except (KafkaException, BufferError) as e:
-            raise SnapshotSinkError(f"cannot produce to {self.describe()}: {e}") from e
-        left = self._producer.flush(self.timeout_s)
-        if left or failures:
-            reason = failures[0] if failures else f"{left} message(s) still queued after {self.timeout_s:g} s"
-            raise SnapshotSinkError(f"cannot produce to {self.describe()}: {reason}")
-
-    def close(self) -> None:
-        self._producer.flush(self.timeout_s)
 
 
 def open_sink(
@@ -274,14 +186,9 @@ class SnapshotCapture:
             raise SnapshotError(f"cannot list consumer groups on {self.settings.bootstrap}: {e}") from e
         return sorted(listing_item.group_id for listing_item in listing.valid)
 
-    def owners(self, group_id: str) -> dict[TopicPartition, str]:
-        """Partition → member (group.instance.id when static, else member id) of a group."""
-        group = self._source.assignment(group_id)
-        return {tp: member for member, tps in group.members.items() for tp in tps}
-
     def capture_group(self, group_id: str) -> list[SnapshotRow]:
         offsets = self._source.read_group(group_id, list(self.settings.topics))
-        owners = self.owners(group_id) if self.settings.members else None
+        owners = offsets.owners if self.settings.members else None
         return rows_from_offsets(offsets, cluster=self.cluster, owners=owners)
 
     def capture(self) -> list[SnapshotRow]:
