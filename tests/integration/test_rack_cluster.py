@@ -39,3 +39,5 @@ def test_replica_racks_of_every_partition_reach_the_lag_source(
     single_racks = offsets.partition_racks[single]
     assert all(len(racks) == 1 for racks in single_racks)
     assert frozenset().union(*single_racks) == every_rack
+    # ... and the lag snapshot the planner gets carries them (rack-aware plans use them).
+    assert offsets.snapshot("earliest").partition_racks == offsets.partition_racks

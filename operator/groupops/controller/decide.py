@@ -64,7 +64,7 @@ def decide(  # noqa: PLR0917 - one call site, the reconcile's named steps
         members=view.members,
         published=current,
         lags=snapshot.lags,
-        partition_racks=getattr(snapshot, "partition_racks", None) or {},
+        partition_racks=snapshot.partition_racks,
         max_moves=spec.rebalance.max_moves,
         failback=spec.strategy.failback,
         epoch=previous.epoch or None,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from groupops.model import TopicPartition
@@ -60,6 +60,8 @@ class LagSnapshot:
     taken_at: float
     lags: Mapping[str, Sequence[int]]
     offsets: Mapping[TopicPartition, PartitionOffsets] | None = None
+    partition_racks: Mapping[str, Sequence[frozenset[str]]] = field(default_factory=dict)
+    """Racks of each partition's replicas (`kafka` source), for rack-aware plans; empty otherwise."""
 
     def total(self) -> int:
         return sum(sum(per_topic) for per_topic in self.lags.values())

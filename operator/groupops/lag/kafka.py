@@ -206,7 +206,11 @@ class GroupOffsets:
             for topic, count in self.partitions.items()
         }
         return LagSnapshot(
-            group_id=self.group_id, taken_at=self.taken_at, lags=lags, offsets=dict(self.offsets)
+            group_id=self.group_id,
+            taken_at=self.taken_at,
+            lags=lags,
+            offsets=dict(self.offsets),
+            partition_racks=dict(self.partition_racks),
         )
 
 
