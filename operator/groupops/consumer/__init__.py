@@ -6,7 +6,8 @@ handoff) and `native` (native.NativeRuntime: Kafka's own group protocol as a sta
 
 Modules: settings (environment -> RuntimeSettings), kube (the few API calls), lease (take, renew,
 report, fence, release), planwatch (watch the plan), runtime, native, processors (the user's
-callback by name), journal (the processing journal for audits), audit (reading journals back),
+callback by name), ownership (`owns`, `fencing_token`: fencing the callback's own side effects),
+metrics (Prometheus), journal (the processing journal for audits), audit (reading journals back),
 errors (the exception tree).
 
     >>> runtime = make_runtime(RuntimeSettings.from_env(), load_processor("mypkg.handlers:handle"))
@@ -23,6 +24,7 @@ from groupops.consumer.errors import (
     LeaseLostError,
 )
 from groupops.consumer.native import NativeRuntime
+from groupops.consumer.ownership import fencing_token, owns
 from groupops.consumer.processors import Processor, load_processor
 from groupops.consumer.runtime import PlanRuntime, ProcessingError
 from groupops.consumer.settings import Delivery, RuntimeSettings
@@ -39,8 +41,10 @@ __all__ = [
     "ProcessingError",
     "Processor",
     "RuntimeSettings",
+    "fencing_token",
     "load_processor",
     "make_runtime",
+    "owns",
 ]
 
 

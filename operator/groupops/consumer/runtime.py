@@ -38,6 +38,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaPartition
 
+from groupops.consumer import ownership
 from groupops.consumer.errors import (
     ConsumerError,
     KafkaFailure,
@@ -135,10 +136,20 @@ class PlanRuntime:
 
     def run(self) -> None:
         self.metrics.serve_as_configured(self.settings.metrics)
+        ownership.running(self)
         try:
             self._run()
         finally:
+            ownership.running(None)
             self.metrics.close()
+
+    def owns_now(self, tp: TopicPartition) -> bool:
+        """For the callback (consumer.ownership.owns): owned, and the Lease valid right now."""
+        keeper = self._keeper
+        return tp in self._owned and keeper is not None and time.monotonic() < keeper.valid_until
+
+    def applied_epoch(self) -> int | None:
+        return self._applied
 
     def _run(self) -> None:
         settings = self.settings
