@@ -1,7 +1,9 @@
 """Failover benchmark: our Lease-fenced failover against Kafka's static membership, on the same
 broker in the same run, through the real operator and the kubelet harness of the e2e tests.
 
-    .venv/bin/python benchmarks/failover.py [--runs 5] [--lease 3] [--tick 0.5] [--json FILE]
+    .venv/bin/python benchmarks/failover.py [--runs 5] [--lease N] [--tick S] [--json FILE]
+
+Without --lease/--tick the operator runs with its defaults (Lease 4 s, tick 5 s): out of the box.
 
 Uses $KAFKA_BOOTSTRAP and $KUBECONFIG when set, else starts a broker and an API server with
 groupops.devstack (built by `make stack`). Measures, each the median (and range) of --runs:
@@ -48,6 +50,7 @@ from tests.e2e.runtime_support import SteadyProducer, create_topic, wait_for  # 
 from groupops.consumer.audit import Journals, load_journals  # noqa: E402
 from groupops.devstack import KafkaCluster, KafkaSettings  # noqa: E402
 from groupops.devstack.kube import KubeApiServer  # noqa: E402
+from groupops.planner.handoff import DEFAULT_LEASE_DURATION_S  # noqa: E402
 from groupops.planner.plan_format import plan_from_configmap  # noqa: E402
 
 
@@ -165,7 +168,11 @@ def policy_setup(
         kubeconfig=kubeconfig,
         namespace=namespace,
         log_path=workdir / label / "operator.log",
-        extra=["--lease-duration", str(args.lease), "--tick", str(args.tick)],
+        extra=[
+            *([] if args.lease is None else ["--lease-duration", str(args.lease)]),
+            *([] if args.tick is None else ["--tick", str(args.tick)]),
+        ],
+        tick=None,
     )
     (workdir / label).mkdir(parents=True, exist_ok=True)
     setup = Setup(
@@ -333,8 +340,8 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--lease", type=int, default=3, help="our Lease duration, seconds")
-    parser.add_argument("--tick", type=float, default=0.5, help="the operator's reconcile tick, seconds")
+    parser.add_argument("--lease", type=int, default=None, help="our Lease duration, seconds (default: 4)")
+    parser.add_argument("--tick", type=float, default=None, help="the operator's tick, seconds (default: 5)")
     parser.add_argument("--rate", type=float, default=200.0, help="messages per second produced")
     parser.add_argument("--json", type=Path, help="write the figures here too")
     parser.add_argument("--skip-kafka-failover", action="store_true", help="only ours (quick runs)")
@@ -342,8 +349,8 @@ def main() -> int:
     args = parser.parse_args()
     figures: dict[str, Any] = {
         "runs": args.runs,
-        "lease_s": args.lease,
-        "tick_s": args.tick,
+        "lease_s": args.lease or DEFAULT_LEASE_DURATION_S,
+        "tick_s": args.tick or "operator default",
         "rate": args.rate,
     }
     workdir = Path(tempfile.mkdtemp(prefix="groupops-failover-"))
