@@ -23,6 +23,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
@@ -104,6 +105,7 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
         settings.posting.level = logging.WARNING  # our Events say what happened; kopf's would repeat it
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330
+        settings.execution.max_workers = deps.settings.reconcile.workers  # the change handlers
         logging.getLogger("kopf.objects").addFilter(_quiet_lease_events)
 
     @kopf.on.login(registry=registry)
@@ -111,6 +113,7 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
         info: kopf.ConnectionInfo | None = kopf.login_via_client(**kwargs)
         return info
 
+    pool = ThreadPoolExecutor(max_workers=settings.reconcile.workers, thread_name_prefix="reconcile")
     memories: dict[tuple[str, str], PolicyMemory] = {}
     """The memory of every policy whose daemon runs, for the Lease watch to reach."""
 
@@ -188,7 +191,7 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
                     or expiry_due(now=now, clock=memory.clock, judged_until=judged_until)
                 ):
                     continue  # the Lease we woke for was renewed meanwhile
-                delay = await loop.run_in_executor(None, run_in_loop, body, memory)
+                delay = await loop.run_in_executor(pool, run_in_loop, body, memory)
                 judged_until = now
                 next_tick = time.monotonic() + (delay if delay is not None else tick)
         finally:

@@ -118,13 +118,15 @@ class KubeClient:
         self._timeout = timeout
 
     @classmethod
-    def from_environment(cls, *, timeout: float = 30.0) -> KubeClient:
+    def from_environment(cls, *, timeout: float = 30.0, pool_size: int = 32) -> KubeClient:
         """In a pod: its ServiceAccount; elsewhere: $KUBECONFIG or ~/.kube/config."""
         try:
             k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
         except k8s_config.ConfigException:
             k8s_config.load_kube_config()  # type: ignore[no-untyped-call]
-        return cls(k8s_client.ApiClient(), timeout=timeout)
+        configuration = k8s_client.Configuration.get_default_copy()
+        configuration.connection_pool_maxsize = pool_size  # one connection per concurrent reconcile
+        return cls(k8s_client.ApiClient(configuration), timeout=timeout)
 
     def request(
         self,

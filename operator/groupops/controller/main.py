@@ -28,7 +28,7 @@ def run_operator(settings: Settings, *, verbose: bool = False) -> None:
     """Block until SIGTERM/SIGINT, reconciling every policy in the watched namespaces."""
     kopf.configure(verbose=verbose, debug=verbose)
     try:
-        client = KubeClient.from_environment()
+        client = KubeClient.from_environment(pool_size=2 * settings.reconcile.workers)
     except Exception as e:  # the kubernetes client raises several unrelated types for a bad config
         raise StartupError(
             f"cannot load Kubernetes credentials: {e} (KUBECONFIG or the in-cluster account)"
