@@ -176,12 +176,13 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
         tick = settings.reconcile.tick_seconds
         next_tick = time.monotonic() + tick
         judged_until = time.monotonic()
+        stopping = asyncio.ensure_future(_stop_signal(stopped))  # ends a wait at once on shutdown
         try:
             while not stopped:
                 wake_at = next_wake(
                     now=time.monotonic(), next_tick=next_tick, clock=memory.clock, judged_until=judged_until
                 )
-                woken = await memory.wakeup.wait_until(wake_at)
+                woken = await memory.wakeup.wait_until(wake_at, interrupt=stopping)
                 now = time.monotonic()
                 if stopped:
                     break
@@ -195,6 +196,7 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
                 judged_until = now
                 next_tick = time.monotonic() + (delay if delay is not None else tick)
         finally:
+            stopping.cancel()
             if memories.get(key) is memory:
                 del memories[key]
 
@@ -237,6 +239,10 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
         log.info("%s/%s deleted with %d owned objects", namespace, name, deleted)
 
     return registry
+
+
+async def _stop_signal(stopped: kopf.DaemonStopped) -> None:
+    await stopped.wait()
 
 
 def _quiet_lease_events(record: logging.LogRecord) -> bool:

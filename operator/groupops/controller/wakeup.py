@@ -83,13 +83,16 @@ class Wakeup:
     def poke(self) -> None:
         self.event.set()
 
-    async def wait_until(self, moment: float) -> bool:
-        """Sleep until the monotonic `moment` or a wake-up, whichever is first; True if woken.
-        A wake-up that came while the loop was busy is not lost: it ends the next wait at once."""
+    async def wait_until(self, moment: float, *, interrupt: asyncio.Future[Any] | None = None) -> bool:
+        """Sleep until the monotonic `moment`, a wake-up, or `interrupt` completing (the daemon
+        being stopped), whichever is first; True if woken. A wake-up that came while the loop
+        was busy is not lost: it ends the next wait at once."""
         timeout = max(0.0, moment - time.monotonic())
-        try:
-            await asyncio.wait_for(self.event.wait(), timeout)
-        except TimeoutError:
+        waiter = asyncio.ensure_future(self.event.wait())
+        pending = {waiter} if interrupt is None else {waiter, interrupt}
+        done, _ = await asyncio.wait(pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if waiter not in done:
+            waiter.cancel()
             return False
         self.event.clear()
         return True

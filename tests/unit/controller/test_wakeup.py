@@ -68,3 +68,17 @@ def test_the_loop_sleeps_until_the_tick_or_just_after_the_next_expiry() -> None:
     # released (no holder): never expires
     observe_lease(lease(holder=None, renew="t3"), clock=clock, now=6.0, duration=10)
     assert next_wake(now=6.0, next_tick=11.0, clock=clock, judged_until=6.0) == 11.0
+
+
+def test_a_stop_ends_the_wait_at_once_without_counting_as_a_wake() -> None:
+    async def scenario() -> tuple[bool, float]:
+        wakeup = Wakeup()
+        stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_soon(stop.set_result, None)
+        started = time.monotonic()
+        woken = await wakeup.wait_until(started + 30.0, interrupt=stop)
+        return woken, time.monotonic() - started
+
+    woken, waited = asyncio.run(scenario())
+    assert not woken
+    assert waited < 30.0
