@@ -31,7 +31,11 @@ def operator_command(
     ] = None,
     tick: Annotated[
         float,
-        typer.Option(help="Seconds between timer reconciles of a policy (lag, liveness, interval).", min=0.2),
+        typer.Option(
+            help="Seconds between reconciles of a policy (lag, status, rebalance interval); Lease changes "
+            "and expiries wake it sooner. About 30 from ~500 policies on (one core's worth).",
+            min=0.2,
+        ),
     ] = 5.0,
     lease_duration: Annotated[
         int, typer.Option(help="Seconds a consumer Lease lives without renewal.", min=1, max=3600)
