@@ -9,14 +9,11 @@ namespace with the given lease duration; the harness writing journals to `record
 from __future__ import annotations
 
 import time
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from groupops.consumer.audit import AuditReport, audit, load_journals
 from groupops.model import MemberId, TopicPartition
@@ -33,7 +30,7 @@ from tests.e2e.operator_support import (
     install_crd,
     kubetool,
 )
-from tests.e2e.runtime_support import create_topic
+from tests.e2e.runtime_support import create_topic, scrape
 
 
 @dataclass
@@ -142,15 +139,7 @@ class PolicyStack:
     def metrics_of(self, identity: str) -> dict[str, float]:
         """The unlabelled series a running replica of `identity` serves (name -> value)."""
         run = next(r for r in reversed(self.kubelet.history) if r.identity == identity and r.process.alive())
-        port = run.process.env["GROUPOPS_METRICS_PORT"]
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-            text = response.read().decode()
-        return {
-            sample.name: sample.value
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-            if not sample.labels
-        }
+        return scrape(run.process.env["GROUPOPS_METRICS_PORT"])
 
     def state(self) -> str:
         """The plan and every Lease as the API server has them now (for a failed wait)."""

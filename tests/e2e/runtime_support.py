@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any
 import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.kube_api import KubeApi
 from tests.e2e.waiting import wait_for
@@ -355,3 +357,15 @@ def lease_annotations(api: KubeApi, namespace: str, name: str) -> dict[str, str]
 def stop_all(processes: Iterable[ConsumerProcess]) -> None:
     for process in processes:
         process.terminate(grace=30)
+
+
+def scrape(port: int | str) -> dict[str, float]:
+    """The unlabelled samples a consumer replica serves on /metrics (name -> value)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if not sample.labels
+    }

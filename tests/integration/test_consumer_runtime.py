@@ -10,14 +10,12 @@ from __future__ import annotations
 import signal
 import socket
 import time
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient
-from prometheus_client.parser import text_string_to_metric_families
 
 from groupops.consumer.audit import AuditReport, Fault, audit, load_journals
 from groupops.model import MemberId, TopicPartition
@@ -34,6 +32,7 @@ from tests.e2e.runtime_support import (
     create_namespace,
     create_topic,
     proxied_kubeconfig,
+    scrape,
     stop_all,
 )
 from tests.e2e.waiting import wait_for
@@ -214,18 +213,6 @@ def test_replicas_follow_every_plan_and_hand_partitions_over_without_loss_or_ove
     assert report_seen.unexplained == []
     moves = sum(1 for p in driver.publications if p.waiting)
     assert moves >= 4, "each replan went through a release epoch"
-
-
-def scrape(port: int) -> dict[str, float]:
-    """The unlabelled samples of a replica's /metrics."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    return {
-        sample.name: sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if not sample.labels
-    }
 
 
 def test_a_replica_serves_metrics_that_match_the_plan_it_acknowledged(group: Group) -> None:

@@ -17,17 +17,12 @@ from groupops.consumer import ConsumerConfigError, PlanRuntime, RuntimeSettings,
 from groupops.consumer.metrics import ConsumerMetrics
 from groupops.consumer.settings import MetricsSettings
 from groupops.model import TopicPartition
+from tests.unit.consumer.pod_env import REQUIRED_POD_ENV
 
 ORDERS_0 = TopicPartition("orders", 0)
 ORDERS_1 = TopicPartition("orders", 1)
 
-POD_ENV = {
-    "GROUPOPS_POLICY": "orders",
-    "GROUPOPS_IDENTITY": "orders-processor-0",
-    "GROUPOPS_NAMESPACE": "shop",
-    "GROUPOPS_GROUP_ID": "orders-processor",
-    "GROUPOPS_KAFKA_BOOTSTRAP_SERVERS": "kafka:9092",
-}
+POD_ENV = REQUIRED_POD_ENV
 
 
 @pytest.fixture

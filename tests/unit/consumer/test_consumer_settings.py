@@ -11,13 +11,10 @@ from typer.testing import CliRunner
 from groupops.cli import app
 from groupops.consumer import ConsumerConfigError, Delivery, RuntimeSettings, load_processor
 from groupops.consumer.processors import noop, sleep_1ms
+from tests.unit.consumer.pod_env import REQUIRED_POD_ENV
 
 POD_ENV = {
-    "GROUPOPS_POLICY": "orders",
-    "GROUPOPS_IDENTITY": "orders-processor-0",
-    "GROUPOPS_NAMESPACE": "shop",
-    "GROUPOPS_GROUP_ID": "orders-processor",
-    "GROUPOPS_KAFKA_BOOTSTRAP_SERVERS": "kafka:9092",
+    **REQUIRED_POD_ENV,
     "GROUPOPS_TOPICS": "orders, refunds",
     "GROUPOPS_STRATEGY": "lag",
     "GROUPOPS_DELIVERY": "plan",
