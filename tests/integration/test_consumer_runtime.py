@@ -226,19 +226,23 @@ def test_a_replica_serves_metrics_that_match_the_plan_it_acknowledged(group: Gro
     g.consumer(identities[1])
     wait_for("both acknowledging", lambda: g.all_acked_current(identities), STARTUP_S)
 
-    def metrics_of_the_current_plan() -> dict[str, float] | None:
-        epoch, owned = driver.current().epoch, len(owned_in_plan(g, identities[0]))
+    def metrics_of_the_range_plan() -> dict[str, float] | None:
+        # The plan splits the partitions in two; a loaded machine may first judge a replica
+        # expired for a while (then it owns nothing): wait for the split and what it serves.
+        current, owned = driver.current(), len(owned_in_plan(g, identities[0]))
+        if current.releasing or owned != g.partitions // 2:
+            return None
         samples = scrape(port)
         matches = (
-            samples.get("groupops_consumer_epoch_applied") == epoch
+            samples.get("groupops_consumer_epoch_applied") == current.epoch
             and samples.get("groupops_consumer_partitions_owned") == owned
         )
         return samples if matches else None
 
-    samples = wait_for("the scraped metrics matching the plan", metrics_of_the_current_plan, 60)
-    assert samples["groupops_consumer_partitions_owned"] == g.partitions // 2
+    samples = wait_for("the scraped metrics matching the plan", metrics_of_the_range_plan, 120)
     assert samples["groupops_consumer_lease_valid"] == 1
-    assert samples["groupops_consumer_self_fences_total"] == 0
+    fences = [f for f in load_journals(g.journal_dir).fences() if f.identity == identities[0]]
+    assert samples["groupops_consumer_self_fences_total"] <= len(fences), "every counted fence is journaled"
 
 
 def test_sigterm_releases_everything_and_the_standby_takes_over_without_waiting_for_expiry(
