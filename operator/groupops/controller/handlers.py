@@ -117,32 +117,38 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
     memories: dict[tuple[str, str], PolicyMemory] = {}
     """The memory of every policy whose daemon runs, for the Lease watch to reach."""
 
-    def run(body: Any, memo: Any, retry: int) -> None:
-        """A change handler's reconcile: waits for a run in progress; failures go to kopf."""
-        memory = _memory(memo)
+    def reconcile_locked(body: Any, memory: PolicyMemory) -> bool:
+        """One reconcile under the policy's lock (waiting for a run in progress); False when the
+        lock did not come. ReconcileFailure passes through to the caller."""
         if not memory.lock.acquire(timeout=_LOCK_WAIT_S):
-            raise kopf.TemporaryError("another reconcile of this policy is still running", delay=1.0)
+            return False
         try:
             result = reconcile(_plain(body), deps, memory)
+        finally:
+            memory.lock.release()
+        memory.failures = 0
+        if result.published:
+            log.info("%s: epoch %d published (%s)", _name(body), result.epoch, result.trigger)
+        return True
+
+    def run(body: Any, memo: Any, retry: int) -> None:
+        """A change handler's reconcile: failures go to kopf."""
+        try:
+            done = reconcile_locked(body, _memory(memo))
         except ReconcileFailure as failure:
             if failure.transient:
                 delay = settings.reconcile.backoff(retry + 1)
                 log.info("retry %d of %s in %.0fs: %s", retry + 1, _name(body), delay, failure)
                 raise kopf.TemporaryError(str(failure), delay=delay) from failure
             raise kopf.PermanentError(str(failure)) from failure
-        finally:
-            memory.lock.release()
-        memory.failures = 0
-        if result.published:
-            log.info("%s: epoch %d published (%s)", _name(body), result.epoch, result.trigger)
+        if not done:
+            raise kopf.TemporaryError("another reconcile of this policy is still running", delay=1.0)
 
     def run_in_loop(body: Any, memory: PolicyMemory) -> float | None:
         """The daemon's reconcile (in a worker thread): returns a retry delay after a transient
         failure, else None. Never raises: the loop must outlive every failure."""
-        if not memory.lock.acquire(timeout=_LOCK_WAIT_S):
-            return None
         try:
-            result = reconcile(_plain(body), deps, memory)
+            reconcile_locked(body, memory)
         except ReconcileFailure as failure:
             if not failure.transient:
                 return None  # status says why; the next tick tries again
@@ -153,11 +159,6 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
         except Exception:
             log.exception("%s: reconcile failed", _name(body))
             return settings.reconcile.backoff(1)
-        finally:
-            memory.lock.release()
-        memory.failures = 0
-        if result.published:
-            log.info("%s: epoch %d published (%s)", _name(body), result.epoch, result.trigger)
         return None
 
     @kopf.on.create(*resource, registry=registry)

@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from groupops.lag import LagError
-from groupops.lag.kafka import GroupAssignment, KafkaLagSettings, KafkaLagSource
+from groupops.lag.base import GroupAssignment
+from groupops.lag.kafka import KafkaLagSettings, KafkaLagSource
 from groupops.model import TopicPartition
 
 __all__ = ["BrokerAgreement", "compare_with_broker", "read_broker_agreement"]

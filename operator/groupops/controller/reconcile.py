@@ -53,7 +53,7 @@ from groupops.controller.names import (
     plan_configmap_name,
     pod_name,
 )
-from groupops.controller.native import BrokerAgreement, read_broker_agreement
+from groupops.controller.native import BrokerAgreement, compare_with_broker, read_broker_agreement
 from groupops.controller.publish import floor_plan, normalized, step
 from groupops.controller.render_common import PolicyRef
 from groupops.controller.render_plan import (
@@ -195,7 +195,9 @@ def _reconcile(run: RunContext) -> ReconcileResult:
         fail(run, "KubernetesUnavailable", str(e), transient=True, degraded=True)
     shown = replace(decision, shown=normalized(now_plan.plan.assignment), published=now_plan is not previous)
     broker = (
-        _broker_agreement(run, spec, client_config, now_plan) if spec.consumers.delivery == "native" else None
+        _broker_agreement(run, spec, client_config, now_plan, snapshot)
+        if spec.consumers.delivery == "native"
+        else None
     )
     written = write_status(
         run, spec, snapshot, view, shown, epoch=now_plan.epoch, replicas=replicas, broker=broker
@@ -229,16 +231,26 @@ def _auth_config(run: RunContext, spec: PolicySpec) -> dict[str, str]:
 
 
 def _broker_agreement(
-    run: RunContext, spec: PolicySpec, client_config: Mapping[str, str], plan: PublishedPlan
+    run: RunContext,
+    spec: PolicySpec,
+    client_config: Mapping[str, str],
+    plan: PublishedPlan,
+    snapshot: LagSnapshot,
 ) -> BrokerAgreement:
-    agreement = read_broker_agreement(
-        bootstrap_servers=spec.kafka.bootstrap_servers,
-        client_config={**spec.kafka.properties, **client_config},
-        group_id=spec.group_id,
-        predicted={str(identity): tps for identity, tps in plan.plan.assignment.items()},
-        epoch=plan.epoch,
-        timeout_s=run.deps.settings.reconcile.lag_timeout_seconds,
-    )
+    """The prediction against Kafka's assignment: the one the lag read just described (`kafka`
+    source), else a DescribeGroups of its own."""
+    predicted = {str(identity): tps for identity, tps in plan.plan.assignment.items()}
+    if snapshot.assignment is not None:
+        agreement = compare_with_broker(predicted, snapshot.assignment, plan.epoch)
+    else:
+        agreement = read_broker_agreement(
+            bootstrap_servers=spec.kafka.bootstrap_servers,
+            client_config={**spec.kafka.properties, **client_config},
+            group_id=spec.group_id,
+            predicted=predicted,
+            epoch=plan.epoch,
+            timeout_s=run.deps.settings.reconcile.lag_timeout_seconds,
+        )
     if agreement.matches is False:
         run.log.info("%s", agreement.message)
     return agreement

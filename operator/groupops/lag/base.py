@@ -52,6 +52,28 @@ def lag_from_offsets(offsets: PartitionOffsets, auto_offset_reset: str) -> int:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class GroupAssignment:
+    """Who owns what in a group, as the broker says (DescribeGroups). `members` maps each member's
+    group.instance.id (its member id when not static) to its partitions."""
+
+    group_id: str
+    state: str
+    members: Mapping[str, tuple[TopicPartition, ...]]
+
+    @property
+    def stable(self) -> bool:
+        return self.state == "Stable"
+
+    @property
+    def exists(self) -> bool:
+        return self.state not in {"Dead", "Unknown"}
+
+    def owners(self) -> dict[TopicPartition, str]:
+        """Partition -> the member owning it."""
+        return {tp: member for member, owned in self.members.items() for tp in owned}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LagSnapshot:
     """Lag of one group at one moment. `lags[topic][p]` is partition p's lag; `offsets` keeps the
     raw numbers when the source has them (the pipeline's snapshots are built from it)."""
@@ -62,6 +84,8 @@ class LagSnapshot:
     offsets: Mapping[TopicPartition, PartitionOffsets] | None = None
     partition_racks: Mapping[str, Sequence[frozenset[str]]] = field(default_factory=dict)
     """Racks of each partition's replicas (`kafka` source), for rack-aware plans; empty otherwise."""
+    assignment: GroupAssignment | None = None
+    """The group's members and their partitions, when the source read them (`kafka`)."""
 
     def total(self) -> int:
         return sum(sum(per_topic) for per_topic in self.lags.values())

@@ -48,6 +48,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec
 
 from groupops.lag.base import (
+    GroupAssignment,
     LagAuthorizationError,
     LagError,
     LagSnapshot,
@@ -167,20 +168,6 @@ class KafkaLagSettings:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class GroupAssignment:
-    """Who owns what in a group, as the broker says (DescribeGroups). `members` maps each member's
-    group.instance.id (its member id when not static) to its partitions."""
-
-    group_id: str
-    state: str
-    members: Mapping[str, tuple[TopicPartition, ...]]
-
-    @property
-    def stable(self) -> bool:
-        return self.state == "Stable"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class GroupOffsets:
     """Everything one `read_group` learned: partition counts, replica racks, the raw offsets.
 
@@ -195,8 +182,13 @@ class GroupOffsets:
     partitions: Mapping[str, int]
     partition_racks: Mapping[str, Sequence[frozenset[str]]]
     offsets: Mapping[TopicPartition, PartitionOffsets]
-    owners: Mapping[TopicPartition, str] | None = None
-    """Partition -> member owning it (DescribeGroups, same read); None when not looked at."""
+    assignment: GroupAssignment | None = None
+    """Who owns what (DescribeGroups, the same read); None when not looked at."""
+
+    @property
+    def owners(self) -> Mapping[TopicPartition, str] | None:
+        """Partition -> member owning it; None when membership was not looked at."""
+        return None if self.assignment is None else self.assignment.owners()
 
     def snapshot(self, auto_offset_reset: str) -> LagSnapshot:
         """The lag snapshot under a reset policy (DESIGN.md's rule, per partition)."""
@@ -211,6 +203,7 @@ class GroupOffsets:
             lags=lags,
             offsets=dict(self.offsets),
             partition_racks=dict(self.partition_racks),
+            assignment=self.assignment,
         )
 
 
@@ -330,7 +323,7 @@ class KafkaLagSource:
         self._login_refused = None  # judge each read by its own logins
         deadline = _Deadline(self.settings.timeout_s, self.settings.bootstrap_servers)
         group = self._group(group_id, deadline)
-        group_known, state = group.state not in {"Dead", "Unknown"}, group.state
+        group_known, state = group.exists, group.state
         if group_known and not topics:
             topics = self._committed_topics(group_id, deadline)
         if not topics:
@@ -361,7 +354,7 @@ class KafkaLagSource:
             partitions=partitions,
             partition_racks=racks,
             offsets=offsets,
-            owners={tp: member for member, owned in group.members.items() for tp in owned},
+            assignment=group,
         )
 
     def assignment(self, group_id: str) -> GroupAssignment:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from groupops.controller.native import compare_with_broker
-from groupops.lag.kafka import GroupAssignment
+from groupops.lag.base import GroupAssignment
 from groupops.model import TopicPartition
 
 
