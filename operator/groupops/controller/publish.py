@@ -23,7 +23,7 @@ from typing import Any
 
 from groupops.controller.identities import LeaseState
 from groupops.model import MemberId, Plan, TopicPartition
-from groupops.planner.handoff import HandoffResult, MemberState, identities_to_fence, next_plan
+from groupops.planner.handoff import HandoffResult, MemberState, fence_epoch, identities_to_fence, next_plan
 from groupops.planner.plan_format import PublishedPlan, lease_record
 from groupops.planner.wire import PlanFormatError
 
@@ -41,8 +41,9 @@ def normalized(assignment: Mapping[Any, Iterable[TopicPartition]]) -> dict[str, 
 
 def floor_plan(strategy: str, epoch: int) -> PublishedPlan:
     """The plan to continue from when the ConfigMap is gone or unreadable: nobody owns anything
-    at the highest epoch known (status), so the next epoch still goes forward."""
-    return PublishedPlan(plan=Plan(epoch=epoch, strategy=strategy, assignment={}))
+    at the highest epoch known (status), so the next epoch still goes forward. It is marked lost
+    (the handoff resyncs from it) unless nothing was ever published (epoch 0)."""
+    return PublishedPlan(plan=Plan(epoch=epoch, strategy=strategy, assignment={}), lost=epoch > 0)
 
 
 def member_states(leases: Mapping[str, Mapping[str, object] | None]) -> dict[MemberId, MemberState]:
@@ -57,7 +58,9 @@ def member_states(leases: Mapping[str, Mapping[str, object] | None]) -> dict[Mem
             record = lease_record(annotations if isinstance(annotations, Mapping) else None)
         except PlanFormatError:
             continue
-        states[MemberId(identity)] = MemberState.from_record(record)
+        spec = lease.get("spec")
+        held = isinstance(spec, Mapping) and bool(spec.get("holderIdentity"))
+        states[MemberId(identity)] = MemberState.from_record(record, held=held)
     return states
 
 
@@ -93,7 +96,8 @@ def step(
     """Fence who must be fenced, then ask the handoff for the next plan towards `target`."""
     states = member_states(lease_objects)
     candidates = identities_to_fence(previous, states, judged_expired(previous, leases, members))
-    fenced = [identity for identity in candidates if fence(identity, previous.epoch)]
+    through = fence_epoch(previous, states)
+    fenced = [identity for identity in candidates if fence(identity, through)]
     typed_target = {MemberId(identity): tuple(tps) for identity, tps in target.items()}
     return next_plan(previous, typed_target, states, expired=fenced, strategy=strategy, now=now)
 

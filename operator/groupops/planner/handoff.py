@@ -17,19 +17,33 @@ The promise, in priority order:
 
 Rules of `next_plan`, in the order they are applied (E = previous epoch, N = the new one):
 1. A Lease whose `released_through` R >= e voids its holder's holdings under plans <= e (it
-   released everything on exit, or the operator fenced it). `expired` identities count as R = E:
-   the caller fenced them before calling.
+   released everything on exit, or the operator fenced it). `expired` identities count as
+   R = F >= E (`fence_epoch`): the caller fenced them before calling.
 2. A pending release (p left A's set in plan s) settles when A acknowledged an epoch >= s or
    R_A >= s - 1; p is then free.
 3. p in A's set that the target gives elsewhere (or to nobody) leaves A's set in N and becomes a
    pending release (A, N), unless R_A >= E: then A holds nothing and p is free at once.
-4. A partition a Lease reports as owned but that the previous plan does not account for (its
-   plan was lost, e.g. the ConfigMap recreated) is treated as a pending release from that
-   holder, unless its Lease is void past the report.
-5. p enters its target owner B's set in N when it is free; a pending release of p from B itself
+4. p enters its target owner B's set in N when it is free; a pending release of p from B itself
    simply returns it to B (only B is involved).
-6. Publish N only when something changed, or when an identity of the target has R >= E (it
+5. Publish N only when something changed, or when an identity of the target has R >= E (it
    applies only plans newer than R, so it needs one to consume again).
+
+Resync (docs/design.md §7): the rules above are sound only when the plan read is the newest plan
+of an unbroken lineage, because they grant from what that plan says each identity holds. The
+plan read is *not* to be trusted when it was lost (the ConfigMap deleted or unreadable), or a
+Lease shows a newer epoch than it (acknowledged or voided: an older plan was restored, or another
+operator published meanwhile), or a live report holds a partition that the plan neither gives to
+that identity nor has it releasing (a hand edit, or two writers). In an unbroken lineage none of
+these can happen: a partition leaves an identity's set only as a pending release, which settles
+only once the identity acknowledged (its report then no longer holds it) or was voided (its
+report is then not live). Then `next_plan` publishes a *resync* plan N instead, with
+`barrier = N`: each identity keeps only what it reports holding and the target still gives it
+(it gains nothing), nothing is releasing, and nothing is granted until every identity that may
+hold something (a held Lease or a live report) acknowledged N or was voided through N - 1. Then
+every such identity holds exactly its set in N (a replica drops what a plan does not give it,
+and it cannot apply a lost plan older than N any more), so N is an unbroken lineage again and
+the rules above resume from it. Resync costs one epoch and one round of acknowledgements; it
+never grants a partition that a live identity may still hold.
 
 Worked example: plan 4 = {A: [t-0, t-1], B: []}, target {A: [t-0], B: [t-1]}. Plan 5 = {A: [t-0],
 B: []}, t-1 releasing from A since 5. A applies 5 (stops t-1, commits, releases) and acks 5; the
@@ -52,7 +66,10 @@ __all__ = [
     "LeaseClock",
     "MemberState",
     "Move",
+    "barrier_pending",
+    "fence_epoch",
     "identities_to_fence",
+    "lineage_broken",
     "next_plan",
     "predicted_plan",
 ]
@@ -70,13 +87,17 @@ class MemberState:
     acked_epoch: int | None = None
     partitions: tuple[TopicPartition, ...] = ()
     released_through: int | None = None
+    held: bool = True
+    """Whether a process holds the Lease now. An unheld Lease that never had a live report
+    (the replica never started) cannot hold anything and never holds a resync barrier back."""
 
     @classmethod
-    def from_record(cls, record: LeaseRecord) -> MemberState:
+    def from_record(cls, record: LeaseRecord, *, held: bool = True) -> MemberState:
         return cls(
             acked_epoch=record.acked_epoch,
             partitions=record.partitions,
             released_through=record.released_through,
+            held=held,
         )
 
     def void_through(self) -> int:
@@ -88,6 +109,13 @@ class MemberState:
     def report_is_live(self) -> bool:
         """Whether `partitions` may still be held: the report is newer than the last void."""
         return self.acked_epoch is not None and self.acked() > self.void_through()
+
+    def passed_barrier(self, barrier: int) -> bool:
+        """Holds nothing beyond its set in the resync plan `barrier`: it acknowledged that plan
+        (or a newer one), it was voided through the plan before, or it could never hold."""
+        if self.acked() >= barrier or self.void_through() >= barrier - 1:
+            return True
+        return not self.held and not self.report_is_live()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,12 +152,15 @@ def next_plan(
 ) -> HandoffResult:
     """The next plan towards `target` (every identity that takes part, possibly with an empty
     list). `members` holds the Lease of each identity that has one; `expired` names identities
-    the caller has just fenced through `previous.epoch`. `now` is wall-clock seconds, used only
-    to time the moves. Raises HandoffError when `target` gives a partition twice."""
+    the caller has just fenced through `fence_epoch(previous, members)`. `now` is wall-clock
+    seconds, used only to time the moves. Raises HandoffError when `target` gives a partition twice."""
     epoch = previous.epoch
-    states = _effective_states(members, expired, epoch)
+    states = _effective_states(members, expired, fence_epoch(previous, members))
     target_owner = _target_owners(target)
     new_epoch = 1 + max([epoch, *(max(s.acked(), s.void_through()) for s in states.values())])
+    next_strategy = previous.plan.strategy if strategy is None else strategy
+    if lineage_broken(previous, states) is not None or barrier_pending(previous, states):
+        return _resync(previous, target, states, new_epoch=new_epoch, strategy=next_strategy)
 
     # Rule 2: settle pending releases.
     releasing: dict[TopicPartition, Release] = {}
@@ -157,18 +188,7 @@ def next_plan(
             elif not void:
                 releasing[tp] = Release(identity=identity, epoch=new_epoch, since=now)
 
-    # Rule 4: holdings a Lease reports that the previous plan does not account for.
-    # With an intact plan lineage a live report is always accounted for (the ack and the report
-    # are written together), so this only fires after the plan ConfigMap was lost.
-    accounted = {tp for tps in previous.plan.assignment.values() for tp in tps}
-    for identity, state in sorted(states.items()):
-        if not state.report_is_live():
-            continue
-        for tp in state.partitions:
-            if tp not in accounted and tp not in releasing:
-                releasing[tp] = Release(identity=identity, epoch=new_epoch, since=now)
-
-    # Rule 5: free partitions enter their target owner.
+    # Rule 4: free partitions enter their target owner.
     for tp, owner in target_owner.items():
         if tp in sets[owner]:
             continue
@@ -180,7 +200,6 @@ def next_plan(
             sets[owner].add(tp)
 
     assignment = {identity: tuple(sorted(sets[identity])) for identity in sorted(target)}
-    next_strategy = previous.plan.strategy if strategy is None else strategy
     waiting = {tp: release.identity for tp, release in sorted(releasing.items())}
     needs_new_epoch = any(states.get(identity, _NO_LEASE).void_through() >= epoch for identity in target)
     changed = (
@@ -189,6 +208,7 @@ def next_plan(
         or assignment != _normalised(previous.plan.assignment)
         or releasing != dict(previous.releasing)
         or next_strategy != previous.plan.strategy
+        or previous.barrier is not None
     )
     if not changed:
         return HandoffResult(published=previous, changed=False, completed=tuple(completed), waiting=waiting)
@@ -197,6 +217,85 @@ def next_plan(
     )
     _check(published)
     return HandoffResult(published=published, changed=True, completed=tuple(completed), waiting=waiting)
+
+
+def lineage_broken(previous: PublishedPlan, members: Mapping[MemberId, MemberState]) -> str | None:
+    """Why `previous` cannot be trusted as the newest plan of an unbroken lineage (None: it can).
+    See "Resync" in the module docstring."""
+    if previous.lost:
+        return f"the plan of epoch {previous.epoch} could not be read"
+    epoch = previous.epoch
+    for identity, state in sorted(members.items()):
+        newest = max(state.acked(), state.void_through())
+        if newest > epoch:
+            return f"{identity}'s Lease mentions epoch {newest}, newer than the plan read ({epoch})"
+        if not state.report_is_live():
+            continue
+        if previous.barrier is not None and state.acked() < previous.barrier:
+            continue  # a report from before the resync: what its barrier waits for
+        own = set(previous.plan.assignment.get(identity, ()))
+        for tp in state.partitions:
+            release = previous.releasing.get(tp)
+            if tp not in own and (release is None or release.identity != identity):
+                return (
+                    f"{identity} reports holding {tp}, which plan {epoch} neither gives it nor has "
+                    "it releasing"
+                )
+    return None
+
+
+def barrier_pending(previous: PublishedPlan, members: Mapping[MemberId, MemberState]) -> bool:
+    """A resync plan whose barrier some identity has not passed yet."""
+    barrier = previous.barrier
+    return barrier is not None and not all(state.passed_barrier(barrier) for state in members.values())
+
+
+def _resync(
+    previous: PublishedPlan,
+    target: Mapping[MemberId, Sequence[TopicPartition]],
+    states: Mapping[MemberId, MemberState],
+    *,
+    new_epoch: int,
+    strategy: str,
+) -> HandoffResult:
+    """The resync plan (see the module docstring): every identity keeps only what it reports
+    holding and its target still gives it; nothing releasing; a barrier at its own epoch."""
+    sets: dict[MemberId, tuple[TopicPartition, ...]] = {}
+    for identity in sorted(target):
+        state = states.get(identity, _NO_LEASE)
+        reported = set(state.partitions) if state.report_is_live() else set()
+        sets[identity] = tuple(sorted(reported.intersection(target[identity])))
+    claimed: dict[TopicPartition, MemberId] = {}
+    for identity, partitions in sets.items():  # two live reports of one partition: the first keeps it
+        kept = []
+        for tp in partitions:
+            if tp not in claimed:
+                claimed[tp] = identity
+                kept.append(tp)
+        sets[identity] = tuple(kept)
+    waiting = {
+        tp: identity
+        for identity, state in sorted(states.items())
+        if state.report_is_live()
+        for tp in state.partitions
+        if claimed.get(tp) != identity
+    }
+    unchanged = (
+        previous.barrier is not None
+        and previous.barrier == previous.epoch
+        and not previous.lost
+        and not previous.releasing
+        and _normalised(sets) == _normalised(previous.plan.assignment)
+        and strategy == previous.plan.strategy
+        and lineage_broken(previous, states) is None
+    )
+    if unchanged:
+        return HandoffResult(published=previous, changed=False, waiting=waiting)
+    published = PublishedPlan(
+        plan=Plan(epoch=new_epoch, strategy=strategy, assignment=sets), releasing={}, barrier=new_epoch
+    )
+    _check(published)
+    return HandoffResult(published=published, changed=True, waiting=waiting)
 
 
 def predicted_plan(
@@ -276,24 +375,36 @@ def _check(published: PublishedPlan) -> None:
             seen[tp] = identity
 
 
+def fence_epoch(previous: PublishedPlan, members: Mapping[MemberId, MemberState]) -> int:
+    """The epoch to fence through: the newest one the plan or any Lease mentions, so that a fence
+    voids even a report newer than a stale plan read (and the next plan is still newer)."""
+    return max([previous.epoch, *(max(s.acked(), s.void_through()) for s in members.values())])
+
+
 def identities_to_fence(
     previous: PublishedPlan,
     members: Mapping[MemberId, MemberState],
     judged_expired: Iterable[MemberId],
 ) -> list[MemberId]:
-    """The identities the operator must fence (compare-and-swap `fence_annotations(E)` onto
-    their Lease, E = previous.epoch) before calling `next_plan` with them as `expired`: those
-    judged expired that may hold something (a non-empty set, a pending release, a live report)
-    and are not yet void through E. Sorted."""
+    """The identities the operator must fence (compare-and-swap `fence_annotations(F)` onto
+    their Lease, F = `fence_epoch(previous, members)`) before calling `next_plan` with them as
+    `expired`: those judged expired that may hold something (a non-empty set, a pending release,
+    a live report, a held Lease a resync barrier waits for) and are not yet void through F.
+    Sorted."""
+    through = fence_epoch(previous, members)
     holders = {identity for identity, tps in previous.plan.assignment.items() if tps}
     holders.update(release.identity for release in previous.releasing.values())
     holders.update(
         identity for identity, state in members.items() if state.report_is_live() and state.partitions
     )
+    if previous.barrier is not None:
+        holders.update(
+            identity for identity, state in members.items() if not state.passed_barrier(previous.barrier)
+        )
     return sorted(
         identity
         for identity in set(judged_expired) & holders
-        if members.get(identity, _NO_LEASE).void_through() < previous.epoch
+        if members.get(identity, _NO_LEASE).void_through() < through
     )
 
 

@@ -11,6 +11,9 @@ Plan ConfigMap `<policy>-plan` (`plan_to_configmap` / `plan_from_configmap`):
         JSON [[topic, partition, identity, epoch, since], ...]: partitions that left `identity`'s
         set in plan `epoch` (published at wall-clock `since`) and that enter no set until that
         identity acknowledged `epoch` or its holdings were voided (see `handoff`).
+    annotations groupops.dev/barrier
+        E, on a resync plan only: no partition enters any set until every identity that may hold
+        something acknowledged E or was voided (see `handoff`, "resync"). Absent otherwise.
     labels      groupops.dev/policy  <policy>
 
 Lease `<policy>-<identity>` (`render_lease` / `lease_record`), renewed by the consumer:
@@ -57,6 +60,7 @@ from groupops.planner.wire import (
 )
 
 __all__ = [
+    "BARRIER_ANNOTATION",
     "LEASE_IDENTITY_ANNOTATION",
     "LEASE_INCARNATION_ANNOTATION",
     "LEASE_RELEASED_THROUGH_ANNOTATION",
@@ -82,6 +86,7 @@ __all__ = [
 ]
 
 RELEASING_ANNOTATION = "groupops.dev/releasing"
+BARRIER_ANNOTATION = "groupops.dev/barrier"
 LEASE_STATE_ANNOTATION = "groupops.dev/state"
 LEASE_RELEASED_THROUGH_ANNOTATION = "groupops.dev/released-through"
 LEASE_INCARNATION_ANNOTATION = "groupops.dev/incarnation"
@@ -102,10 +107,16 @@ class Release:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PublishedPlan:
     """A plan as published: what every identity owns at `plan.epoch`, plus the partitions still
-    being released (in nobody's set, waiting for their last owner)."""
+    being released (in nobody's set, waiting for their last owner).
+
+    `barrier`: set on a resync plan (its own epoch): nothing is granted until every identity that
+    may hold something has acknowledged it. `lost`: not a published plan but the stand-in for one
+    that could not be read (ConfigMap deleted or unreadable); never written, always resynced."""
 
     plan: Plan
     releasing: Mapping[TopicPartition, Release] = field(default_factory=dict)
+    barrier: int | None = None
+    lost: bool = False
 
     @property
     def epoch(self) -> int:
@@ -133,10 +144,10 @@ def plan_to_configmap(published: PublishedPlan) -> ConfigMapParts:
         [tp.topic, tp.partition, release.identity, release.epoch, round(release.since, 3)]
         for tp, release in sorted(published.releasing.items())
     ]
-    return {
-        "data": encode_plan(published.plan),
-        "annotations": {RELEASING_ANNOTATION: json.dumps(releasing, separators=(",", ":"))},
-    }
+    annotations = {RELEASING_ANNOTATION: json.dumps(releasing, separators=(",", ":"))}
+    if published.barrier is not None:
+        annotations[BARRIER_ANNOTATION] = str(published.barrier)
+    return {"data": encode_plan(published.plan), "annotations": annotations}
 
 
 def plan_from_configmap(data: Mapping[str, str], annotations: Mapping[str, str] | None) -> PublishedPlan:
@@ -144,7 +155,13 @@ def plan_from_configmap(data: Mapping[str, str], annotations: Mapping[str, str] 
     without the releasing annotation has nothing pending."""
     plan = decode_plan(data)
     raw = (annotations or {}).get(RELEASING_ANNOTATION)
-    return PublishedPlan(plan=plan, releasing={} if raw is None else _decode_releasing(raw))
+    raw_barrier = (annotations or {}).get(BARRIER_ANNOTATION)
+    barrier = None
+    if raw_barrier is not None:
+        if not raw_barrier.isdigit():
+            raise PlanFormatError(BARRIER_ANNOTATION, f"expected an epoch, got {raw_barrier!r}")
+        barrier = int(raw_barrier)
+    return PublishedPlan(plan=plan, releasing={} if raw is None else _decode_releasing(raw), barrier=barrier)
 
 
 def _decode_releasing(text: str) -> dict[TopicPartition, Release]:

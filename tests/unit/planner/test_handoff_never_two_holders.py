@@ -1,10 +1,14 @@
 """Never two holders, whatever happens: a model of replicas that lag, skip epochs, ack late,
-lose their Lease, crash, restart and exit, against an operator that publishes `next_plan`.
+lose their Lease, crash, restart and exit, against an operator that publishes `next_plan`, and
+that may read a plan that is not the newest one: an older plan restored into the ConfigMap, a
+hand edit, or no plan at all (the ConfigMap deleted).
 
 The model's replicas follow the runtime's rules: apply only newer plans (and nothing at or
 below a fence they have seen), stop everything when the Lease is lost, acknowledge what they
 apply with one Lease write. The operator may fence a replica only once that replica has stopped
 (the lease-duration timing the runtime guarantees); everything else may interleave freely.
+Plans are kept in the order they were written, so two plans may share an epoch (a plan published
+after a lost one); a replica applies any written plan newer than what it applied.
 """
 
 from __future__ import annotations
@@ -15,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from groupops.model import MemberId, TopicPartition
-from groupops.planner.handoff import MemberState, identities_to_fence, next_plan
+from groupops.model import MemberId, Plan, TopicPartition
+from groupops.planner.handoff import MemberState, fence_epoch, identities_to_fence, next_plan
 from groupops.planner.plan_format import PublishedPlan, empty_plan
 
 IDENTITIES = [MemberId(f"g-{i}") for i in range(3)]
@@ -49,6 +53,7 @@ ACTIONS = [
     "crash",
     "exit",
     "restart",
+    "stale",
 ]
 
 
@@ -58,13 +63,25 @@ class HandoffModel(RuleBasedStateMachine):
         self.history: list[PublishedPlan] = [empty_plan("model")]
         self.replicas = {identity: Replica() for identity in IDENTITIES}
         self.fenced_now: set[MemberId] = set()
+        self.operator_reads: PublishedPlan | None = None
+        """What the operator reads instead of the newest written plan (an edit or a lost plan)."""
 
     @property
     def current(self) -> PublishedPlan:
-        return self.history[-1]
+        return self.operator_reads if self.operator_reads is not None else self.history[-1]
 
-    def plan_at(self, epoch: int) -> PublishedPlan:
-        return next(p for p in self.history if p.epoch == epoch)
+    def the_plan_read_is_not_the_newest(self, kind: str, data: st.DataObject) -> None:
+        """What the operator reads after the plan ConfigMap was deleted, replaced by an older plan,
+        or edited by hand. The operator records each epoch in the policy's status before it
+        writes the plan, and an edit breaks the plan's digest, so in every case it continues from
+        a lost plan at the newest epoch it published. Replicas may apply a restored older plan."""
+        newest = max(p.epoch for p in self.history)
+        if kind == "restore":
+            self.history.append(data.draw(st.sampled_from(self.history)))
+        self.operator_reads = PublishedPlan(
+            plan=Plan(epoch=newest, strategy="model", assignment={}), lost=newest > 0
+        )
+        self.fenced_now = set()
 
     def operator_publishes(self, owners: list[MemberId | None], extra: set[MemberId]) -> None:
         target: dict[MemberId, list[TopicPartition]] = {identity: [] for identity in extra}
@@ -74,9 +91,16 @@ class HandoffModel(RuleBasedStateMachine):
         leases = {identity: r.lease for identity, r in self.replicas.items()}
         result = next_plan(self.current, target, leases, expired=self.fenced_now, now=0.0)
         if result.changed:
-            assert result.published.epoch > self.current.epoch
+            seen = max(
+                [
+                    self.current.epoch,
+                    *(max(r.lease.acked(), r.lease.void_through()) for r in self.replicas.values()),
+                ]
+            )
+            assert result.published.epoch > seen
             self.history.append(result.published)
             self.fenced_now = set()
+            self.operator_reads = None
         else:
             assert result.published is self.current
 
@@ -89,7 +113,7 @@ class HandoffModel(RuleBasedStateMachine):
             replica.lease = MemberState(
                 acked_epoch=replica.lease.acked_epoch,
                 partitions=replica.lease.partitions,
-                released_through=self.current.epoch,
+                released_through=fence_epoch(self.current, leases),
             )
             self.fenced_now.add(identity)
 
@@ -100,14 +124,14 @@ class HandoffModel(RuleBasedStateMachine):
         lowest = replica.floor + 1
         if replica.applied is not None:
             lowest = max(lowest, replica.applied if replica.needs_reapply else replica.applied + 1)
-        candidates = [p.epoch for p in self.history if p.epoch >= lowest and p.epoch >= 1]
+        candidates = [p for p in self.history if p.epoch >= lowest and p.epoch >= 1]
         if not candidates:
             return
-        epoch = data.draw(st.sampled_from(candidates))
-        replica.applied = epoch
-        replica.seen = max(replica.seen, epoch)
+        chosen = data.draw(st.sampled_from(candidates))
+        replica.applied = chosen.epoch
+        replica.seen = max(replica.seen, chosen.epoch)
         replica.needs_reapply = False
-        replica.holdings = frozenset(self.plan_at(epoch).plan.assignment.get(IDENTITIES[index], ()))
+        replica.holdings = frozenset(chosen.plan.assignment.get(IDENTITIES[index], ()))
 
     def replica_acknowledges(self, index: int) -> None:
         replica = self.replicas[IDENTITIES[index]]
@@ -181,6 +205,10 @@ class HandoffModel(RuleBasedStateMachine):
             self.replica_crashes(index)
         elif action == "exit":
             self.replica_exits_gracefully(index, data.draw(st.booleans()))
+        elif action == "stale":
+            self.the_plan_read_is_not_the_newest(
+                data.draw(st.sampled_from(["restore", "edit", "lose"])), data
+            )
         else:
             self.replica_restarts(index)
 
@@ -200,7 +228,7 @@ class HandoffModel(RuleBasedStateMachine):
 
 
 HandoffModel.TestCase.settings = settings(
-    max_examples=200, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=400, stateful_step_count=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 TestNeverTwoHolders = HandoffModel.TestCase
 

@@ -142,20 +142,27 @@ def test_epochs_go_forward_past_every_epoch_a_lease_mentions(lease: MemberState,
     assert result.published.epoch == expected_epoch
 
 
-def test_holdings_reported_on_a_lease_but_missing_from_a_lost_plan_are_released_first() -> None:
+def test_holdings_reported_on_a_lease_but_missing_from_a_lost_plan_wait_for_a_resync() -> None:
     lease = MemberState(acked_epoch=40, partitions=(tp(0), tp(1)))
     result = next_plan(empty_plan(), {A: [], B: [tp(0), tp(1)]}, {A: lease})
     assert result.published.epoch == 41
+    assert result.published.barrier == 41
     assert sets_of(result.published) == {"g-0": [], "g-1": []}
     assert set(result.waiting) == {tp(0), tp(1)}
+    not_yet = next_plan(result.published, {A: [], B: [tp(0), tp(1)]}, {A: lease})
+    assert not not_yet.changed
     after_ack = next_plan(result.published, {A: [], B: [tp(0), tp(1)]}, {A: MemberState(acked_epoch=41)})
     assert sets_of(after_ack.published) == {"g-0": [], "g-1": [0, 1]}
+    assert after_ack.published.barrier is None
 
 
 def test_a_report_older_than_a_fence_is_void() -> None:
     lease = MemberState(acked_epoch=40, partitions=(tp(0),), released_through=40)
-    result = next_plan(empty_plan(), {B: [tp(0)]}, {A: lease})
-    assert sets_of(result.published) == {"g-1": [0]}
+    resync = next_plan(empty_plan(), {B: [tp(0)]}, {A: lease})
+    assert resync.published.barrier == 41
+    assert resync.waiting == {}
+    granted = next_plan(resync.published, {B: [tp(0)]}, {A: lease})
+    assert sets_of(granted.published) == {"g-1": [0]}
 
 
 def test_a_target_giving_one_partition_twice_is_refused() -> None:
