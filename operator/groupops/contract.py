@@ -1,6 +1,6 @@
 """The `groupops assign` JSON contract: parse one group, render one result.
 
-Input (DESIGN.md): `strategy`, `topics` {name: count}, `members` [{`member_id`,
+Input (docs/design.md §3.3): `strategy`, `topics` {name: count}, `members` [{`member_id`,
 `group_instance_id`, `topics`, `owned`, `generation`, `rack`, `priority`, `capacity`}], `lags`
 {topic: [lag per partition]}, `partition_racks` {topic: [[rack, ...] per partition]}, `options`
 {`max_moves`, `failback`}. Pydantic checks the shapes; the cross-field rules (a subscription names

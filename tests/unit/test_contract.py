@@ -1,4 +1,4 @@
-"""The `groupops assign` contract (DESIGN.md): JSON group in, `{"assignment", "stats"}` out; every
+"""The `groupops assign` contract (docs/design.md §3.3): JSON group in, `{"assignment", "stats"}` out; every
 member present, lists sorted; `--format table` for people; bad input exits 2 with one line on
 stderr that names the field, never a traceback."""
 

@@ -52,7 +52,7 @@ def assign_command(
         list[str] | None, typer.Option("--kafka-config", help="librdkafka property KEY=VALUE (repeatable).")
     ] = None,
 ) -> None:
-    """Assign one group's partitions with the chosen strategy (contract: DESIGN.md)."""
+    """Assign one group's partitions with the chosen strategy (contract: docs/design.md §3.3)."""
     text = _read_input(input_file)
     try:
         document_strategy, group = parse_group_text(text)

@@ -104,7 +104,7 @@ def pipeline_command(
         PipelineOutput, typer.Option("--output", "-o", help="table for people, json for machines.")
     ] = PipelineOutput.table,
 ) -> None:
-    """Run one pipeline job on PySpark (DESIGN.md "Spark pipeline"; docs/pipeline.md)."""
+    """Run one pipeline job on PySpark (docs/design.md §10; docs/pipeline.md)."""
     from groupops.assign import UnknownStrategyError, get_strategy  # noqa: PLC0415
     from groupops.pipeline import jobs, synthetic  # noqa: PLC0415
     from groupops.pipeline.io import PipelineInputError, parse_input  # noqa: PLC0415

@@ -40,7 +40,7 @@ class PartitionOffsets:
 
 
 def lag_from_offsets(offsets: PartitionOffsets, auto_offset_reset: str) -> int:
-    """Lag per DESIGN.md: end - committed; with no commit, `latest` gives 0 and anything else the
+    """Lag per docs/design.md §4: end - committed; with no commit, `latest` gives 0 and anything else the
     messages now in the partition (end - start). Never negative (a commit past the end after a
     truncation reads as 0). A commit below the log start still counts end - committed, as the
     seed and `kafka-consumer-groups --describe` do."""

@@ -11,7 +11,7 @@ that a dead cluster is reported well within 10 s):
 4. OffsetFetch: the group's committed offsets (skipped for an unknown group);
 5. ListOffsets, twice: log start (earliest) and log end (latest) of every partition.
 A transient answer (coordinator moving or loading, leader election) is retried with backoff
-inside the deadline. Lag per partition is then `lag_from_offsets` (DESIGN.md: end − committed;
+inside the deadline. Lag per partition is then `lag_from_offsets` (docs/design.md §4: end − committed;
 no commit: `latest` → 0, anything else → end − start).
 
 Errors (the base tree is in groupops.lag.base):
@@ -191,7 +191,7 @@ class GroupOffsets:
         return None if self.assignment is None else self.assignment.owners()
 
     def snapshot(self, auto_offset_reset: str) -> LagSnapshot:
-        """The lag snapshot under a reset policy (DESIGN.md's rule, per partition)."""
+        """The lag snapshot under a reset policy (docs/design.md §4's rule, per partition)."""
         policy = normalize_auto_offset_reset(auto_offset_reset)
         lags = {
             topic: [lag_from_offsets(self.offsets[TopicPartition(topic, p)], policy) for p in range(count)]

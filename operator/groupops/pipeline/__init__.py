@@ -1,5 +1,5 @@
 """The PySpark pipeline: offset snapshots → rates, time lag, forecasts, cluster-wide plans and a
-strategy backtest report (DESIGN.md "Spark pipeline"; docs/pipeline.md).
+strategy backtest report (docs/design.md §10; docs/pipeline.md).
 
 Layout: one module per transform (`rates`, `timelag`, `forecast`, `plan`, `backtest`, `report`),
 each a set of DataFrame → DataFrame functions; `schema` is the snapshot record, `snapshot` captures

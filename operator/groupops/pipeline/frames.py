@@ -28,7 +28,7 @@ def seconds(ts: Column) -> Column:
 
 
 def lag_column() -> Column:
-    """Lag per DESIGN.md: end − committed, never negative; never committed: end − log start (the
+    """Lag per docs/design.md §4: end − committed, never negative; never committed: end − log start (the
     `earliest` reset, the `kafka` source's default)."""
     consumed_up_to = sf.coalesce(sf.col("committed"), sf.col("log_start"))
     return sf.greatest(sf.lit(0).cast("long"), sf.col("log_end") - consumed_up_to)
