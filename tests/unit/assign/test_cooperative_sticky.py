@@ -1,19 +1,27 @@
 """`cooperative-sticky`: Kafka's CooperativeStickyAssignor: the sticky target, minus every
-partition changing owner, which is revoked first and handed over in the next round.
+partition changing owner, which is revoked first and handed out again in a follow-up rebalance.
 
 Every expected assignment below was checked against kafka-clients 4.3.1's CooperativeStickyAssignor.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from groupops.assign import get_strategy
 from groupops.assign.invariants import check_assignment
-from groupops.model import Assignment, GroupInput, Member
+from groupops.model import Assignment, GroupInput, Member, TopicPartition
 from tests.unit.assign.sticky_groups import group, groups, member, names
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Kafka promises no number of follow-up rebalances. Its own CooperativeStickyAssignorTest
+# (verifyValidityAndBalance) fails a scenario that needs more than four, and four is the most
+# Kafka needed on any group of `groups(equal=True)` we handed it (tools/kafka-assignors).
+KAFKA_MAX_FOLLOW_UPS = 4
 
 
 def cooperative(g: GroupInput) -> Assignment:
@@ -34,6 +42,44 @@ def next_round(g: GroupInput, assignment: Assignment, generation: int) -> GroupI
         for m in g.members
     ]
     return GroupInput(topics=g.topics, members=tuple(members), partition_racks=g.partition_racks)
+
+
+def spelled(partitions: Sequence[TopicPartition]) -> str:
+    return " ".join(f"{tp.topic}p{tp.partition}" for tp in partitions)
+
+
+@dataclass(frozen=True)
+class Rebalances:
+    """What `rebalance_until_nothing_is_revoked` saw: per rebalance that revoked something, the
+    partitions revoked (spelled "t0p1 t2p0"); then the last input and its answer."""
+
+    revoked: list[str]
+    last_input: GroupInput
+    last_answer: Assignment
+
+
+def rebalance_until_nothing_is_revoked(g: GroupInput, *, follow_ups: int) -> Rebalances:
+    """Rebalance as Kafka's cooperative consumers do: while an answer makes a member revoke a
+    partition it owns, every member joins again owning what it was given, one generation later.
+    Fails when the answer still revokes something after `follow_ups` follow-up rebalances."""
+    current = g
+    revoked: list[str] = []
+    for generation in range(10, 11 + follow_ups):
+        answer = cooperative(current)
+        given_up = sorted(tp for m in current.members for tp in set(m.owned) - set(answer[m.member_id]))
+        if not given_up:
+            return Rebalances(revoked, current, answer)
+        revoked.append(spelled(given_up))
+        current = next_round(current, answer, generation)
+    raise AssertionError(f"still revoking after {follow_ups} follow-up rebalances; revoked: {revoked}")
+
+
+def replica_racks(**layouts: str) -> dict[str, list[frozenset[str]]]:
+    """Per topic, "r1 - r1,r2": partition 0 on rack r1, partition 1 on none, 2 on r1 and r2."""
+    return {
+        topic: [frozenset() if spec == "-" else frozenset(spec.split(",")) for spec in layout.split()]
+        for topic, layout in layouts.items()
+    }
 
 
 class TestRevokeFirst:
@@ -129,10 +175,88 @@ def test_without_owned_partitions_nothing_is_withheld(g: GroupInput) -> None:
 
 
 @SETTINGS
+@given(g=groups(equal=True, racks=False))
+def test_without_racks_one_follow_up_reaches_the_sticky_target(g: GroupInput) -> None:
+    """After the first answer every member owns at most what the sticky target gives it, and at
+    most P % N members own maxQuota, so the builder's first step keeps everything owned, revokes
+    nothing, and hands the withheld partitions out to fill the quotas."""
+    rebalances = rebalance_until_nothing_is_revoked(g, follow_ups=1)
+    assert rebalances.last_answer == get_strategy("sticky")(rebalances.last_input)
+
+
+@SETTINGS
 @given(g=groups(equal=True))
 def test_rounds_converge_to_the_sticky_target(g: GroupInput) -> None:
-    """Two rounds later (owning what the previous round gave), nothing is withheld any more."""
-    current = g
-    for generation in (10, 11, 12):
-        current = next_round(current, cooperative(current), generation)
-    assert cooperative(current) == get_strategy("sticky")(current)
+    """Follow-up rebalances (each member owning what the previous one gave it) reach, within
+    Kafka's four, an answer that revokes nothing, and that answer is the sticky target.
+
+    Not "within a fixed two or three": with KIP-881 racks the sticky target itself moves between
+    rebalances, in Kafka too. A member keeps in the builder's first step only the owned
+    partitions with a replica in its rack; its others are dealt round robin again together with
+    the partitions withheld last round, which are owned by nobody now, and that deal depends on
+    which partitions are free. So a follow-up can give a withheld partition to yet another member
+    and withhold again. Kafka's own answers on such groups, round by round, are in
+    `test_follow_up_rebalances_give_kafkas_answers` (the group Hypothesis found first needs four).
+    Without rack-aware assignment one follow-up is enough (the test above).
+    """
+    rebalances = rebalance_until_nothing_is_revoked(g, follow_ups=KAFKA_MAX_FOLLOW_UPS)
+    assert rebalances.last_answer == get_strategy("sticky")(rebalances.last_input)
+
+
+T012 = ("t0", "t1", "t2")
+
+
+@pytest.mark.parametrize(
+    ("g", "revoked", "settled"),
+    [
+        pytest.param(
+            group({"t0": 4}, [member("C0", ["t0"], [("t0", p) for p in range(4)], 1), member("C1", ["t0"])]),
+            ["t0p2 t0p3"],
+            {"C0": "t0p0 t0p1", "C1": "t0p2 t0p3"},
+            id="no-racks-a-joining-member-one-follow-up",
+        ),
+        pytest.param(
+            group(
+                {"t1": 5, "t2": 8},
+                [
+                    member("a", ["t1", "t2"]),
+                    member("B", ["t1", "t2"], [("t2", 1), ("t1", 1)], 1, rack="r1"),
+                ],
+                replica_racks(t1="- - - - -", t2="r1 - - - - - - -"),
+            ),
+            # B keeps only t2p0 (the one partition in its rack) in the first step each time; the
+            # round robin then hands a different one of its partitions to `a` every round.
+            ["t1p1 t2p1", "t1p4 t2p7", "t1p2", "t2p4"],
+            {"B": "t1p0 t1p2 t1p4 t2p0 t2p1 t2p2", "a": "t1p1 t1p3 t2p3 t2p4 t2p5 t2p6 t2p7"},
+            id="racks-a-member-with-one-partition-in-its-rack-four-follow-ups",
+        ),
+        pytest.param(
+            group(
+                {"t0": 5, "t1": 8, "t2": 8},
+                [
+                    member("a", T012, [("t0", 0), ("t1", 4)], 1, rack="r1"),
+                    member("b", T012),
+                    member("B", T012, [("t1", 5)], 1),
+                    member("C0", T012, [("t2", 2)], 1, rack="r2"),
+                ],
+                replica_racks(t0="- - - - -", t1="- - r1 r1 - - - -", t2="- - - - - - - -"),
+            ),
+            ["t0p0 t1p4 t2p2", "t1p0 t1p1 t1p7 t2p0 t2p7", "t0p1 t0p2", "t1p0 t1p4 t1p7 t2p0 t2p2 t2p5"],
+            {
+                "B": "t0p0 t0p4 t1p5 t1p6 t2p5 t2p7",
+                "C0": "t0p1 t1p0 t1p7 t2p2 t2p3",
+                "a": "t0p2 t1p2 t1p3 t1p4 t2p0",
+                "b": "t0p3 t1p1 t2p1 t2p4 t2p6",
+            },
+            id="racks-hypothesis-counterexample-four-follow-ups",
+        ),
+    ],
+)
+def test_follow_up_rebalances_give_kafkas_answers(
+    g: GroupInput, revoked: list[str], settled: dict[str, str]
+) -> None:
+    """Round by round as Kafka's CooperativeStickyAssignor answers (through tools/kafka-assignors):
+    what each rebalance revokes, and the answer that finally revokes nothing."""
+    rebalances = rebalance_until_nothing_is_revoked(g, follow_ups=len(revoked))
+    assert rebalances.revoked == revoked
+    assert {m: spelled(tps) for m, tps in rebalances.last_answer.items()} == settled
