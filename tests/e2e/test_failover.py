@@ -7,6 +7,8 @@ replica with the highest priority is active, the others are connected standbys w
 - The crashed replica comes back (the harness restarts it, as a kubelet would): with
   `failback: true` the partitions move back to it, with `failback: false` they stay.
 - A graceful stop (pod deleted: SIGTERM) hands over at once: well within a long lease duration.
+- A stuck active (its callback never returns) is failed over like a crash once
+  `maxPollIntervalSeconds` has passed, exits with code 3 and is restarted by the harness.
 The journal audit proves no message lost, no overlap, and duplicates only from the crash.
 """
 
@@ -18,12 +20,14 @@ from typing import Any
 import pytest
 
 from groupops.consumer.audit import load_journals
+from groupops.consumer.progress import EXIT_STUCK
 from groupops.planner.handoff import DEFAULT_LEASE_DURATION_S
 from groupops.planner.plan_format import lease_record
 from groupops.planner.wire import lease_name
 from tests.e2e.consumer_e2e import PolicyStack, StackFactory
-from tests.e2e.runtime_support import SteadyProducer
+from tests.e2e.runtime_support import ProducedLog, SteadyProducer
 from tests.e2e.waiting import wait_for
+from tests.integration.test_consumer_stuck import produce_poison, stalling_env
 
 pytestmark = pytest.mark.e2e
 
@@ -158,3 +162,61 @@ def test_a_graceful_stop_hands_over_without_waiting_for_the_lease_to_expire(new_
         print(report.summary())
         assert report.overlaps == []
         assert report.unexplained == [], "a graceful stop commits what it processed before releasing"
+
+
+STUCK_INTERVAL_S = 6
+STUCK_LEASE_SECONDS = 4
+
+
+def test_a_stuck_active_is_failed_over_within_the_max_poll_interval_and_restarted(
+    new_stack: StackFactory,
+) -> None:
+    # Every replica processes with stall_on_poison; only ordinal 0's process stalls on it.
+    with new_stack(
+        partitions=PARTITIONS, lease_seconds=STUCK_LEASE_SECONDS, extra_env=stalling_env("*-0")
+    ) as s:
+        active, standby = s.identity(0), s.identity(1)
+        spec = failover_spec(s, failback=False)
+        spec["consumers"]["maxPollIntervalSeconds"] = STUCK_INTERVAL_S
+        s.apply(**spec)
+        wait_for(
+            "the active and the standbys acknowledging",
+            lambda: s.owner_of_everything() == active and s.settled([active, standby, s.identity(2)]),
+            STARTUP_S,
+            interval=0.5,
+            explain=s.diagnostics,
+        )
+        producer = SteadyProducer(s.bootstrap, s.topic, PARTITIONS, total=3000, rate=150).start()
+        wait_for("the active consuming", lambda: first_processed_by(s, active, 0.0), 60, interval=0.5)
+        stuck_process = s.kubelet.run_of(s.pod(0)).process.process
+        assert stuck_process is not None
+        old_incarnation = holder_incarnation(s, active)
+
+        poison = ProducedLog()
+        poisoned_at = time.time()
+        produce_poison(s.bootstrap, s.topic, 0, poison)
+        wait_for("the next priority owning everything", lambda: s.owner_of_everything() == standby, 120)
+        first = wait_for("the standby consuming", lambda: first_processed_by(s, standby, poisoned_at), 60)
+        takeover = first - poisoned_at
+        print(
+            f"\nstuck -> standby consuming: {takeover:.2f} s (maxPollIntervalSeconds {STUCK_INTERVAL_S} s, "
+            f"lease {STUCK_LEASE_SECONDS} s)"
+        )
+        assert takeover <= STUCK_INTERVAL_S + STUCK_LEASE_SECONDS + RENEW_SECONDS + SCHEDULING_ALLOWANCE_S
+
+        # The stuck process ends itself with its own code; the harness restarts it as a kubelet
+        # would, and the new process takes the Lease once it expired, as a standby (no failback).
+        wait_for("the stuck process exiting", lambda: stuck_process.poll() is not None, 60)
+        assert stuck_process.returncode == EXIT_STUCK
+        wait_for(
+            "the restarted replica holding its Lease",
+            lambda: holder_incarnation(s, active) not in (None, old_incarnation),
+            120,
+        )
+        wait_for("the restarted replica acknowledging", lambda: s.settled([active, standby]), 120)
+        assert s.owner_of_everything() == standby
+
+        report = s.wait_processed(producer.wait().acked + poison.acked)
+        print(f"{report.summary()}; duplicates: {report.duplicates}")
+        assert report.overlaps == []
+        assert report.unexplained == []

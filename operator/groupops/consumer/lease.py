@@ -20,6 +20,10 @@ Protocol (the operator's side is `groupops.planner.handoff`; the format is `plan
 4. release (on exit, after consuming stopped): holder cleared, state `released`, nothing owned,
    `released-through` = the newest epoch this process has seen, so the operator hands everything
    over at once instead of waiting for expiry.
+5. surrender (the progress watchdog judged the replica stuck, consumer/progress.py): the process
+   is no longer valid, at once, and sends no renewal any more (only the release of step 4, if
+   it gets that far); the operator judges the Lease expired a lease duration after the last
+   renewal it saw, as after a crash.
 """
 
 from __future__ import annotations
@@ -85,6 +89,8 @@ class LeaseKeeper:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing_since: float | None = None
+        self._last_sent = 0.0
+        self._surrendered = False
         self.valid_until = 0.0
         """Monotonic time until which this process may consume (0: not valid)."""
         self.floor = -1
@@ -191,6 +197,22 @@ class LeaseKeeper:
             return True
         return False
 
+    def surrender(self) -> float:
+        """Stop renewing for good and stop being valid now (step 5): the runtime then neither
+        accepts nor commits anything. Any thread; does not wait for a renewal in flight.
+
+        Returns the monotonic time by which the Lease has surely expired for everyone: the last
+        write that may still reach the API server was sent at most then, it lands within one
+        request timeout, and whoever saw it waits a lease duration from there."""
+        with self._lock:
+            self._surrendered = True
+            self.valid_until = 0.0
+            last_sent = self._last_sent
+        self._stop.set()
+        self._kick.set()
+        log.warning("stopped renewing Lease %s", self.name)
+        return last_sent + self._settings.request_timeout_s + self._settings.duration_s
+
     # -- the renewal thread -------------------------------------------------------------------------
 
     def _run(self) -> None:
@@ -212,7 +234,9 @@ class LeaseKeeper:
             body = self._body(record, holder=self.identity)
             if body is None:
                 return False
-            sent = self._monotonic()
+            sent = self._sending()
+            if sent is None:
+                return False
             try:
                 written = self._kube.update_lease(body)
             except KubeConflict:
@@ -228,11 +252,21 @@ class LeaseKeeper:
             return True
         return False
 
+    def _sending(self) -> float | None:
+        """The send time of a write about to go out, noted for `surrender`; None once surrendered
+        (nothing may be written then)."""
+        with self._lock:
+            if self._surrendered:
+                return None
+            self._last_sent = self._monotonic()
+            return self._last_sent
+
     def _written(self, written: dict[str, Any], sent: float) -> None:
         with self._lock:
             self._object = written
             self._held = True
-        self.valid_until = sent + self._settings.renew_deadline_s
+            if not self._surrendered:
+                self.valid_until = sent + self._settings.renew_deadline_s
         self.renewals += 1
         if self._failing_since is not None:
             log.info("renewing Lease %s works again after %.1f s", self.name, sent - self._failing_since)
@@ -302,7 +336,9 @@ class LeaseKeeper:
             record = self._record
         body = self._body(record, holder=self.identity, acquiring=True)
         assert body is not None
-        sent = self._monotonic()
+        sent = self._sending()
+        if sent is None:
+            return False
         try:
             written = self._kube.update_lease(body)
         except KubeConflict:
@@ -332,7 +368,9 @@ class LeaseKeeper:
                 "leaseTransitions": 0,
             },
         }
-        sent = self._monotonic()
+        sent = self._sending()
+        if sent is None:
+            return False
         try:
             written = self._kube.create_lease(body)
         except KubeConflict:

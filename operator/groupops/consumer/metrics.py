@@ -19,6 +19,12 @@ tell replicas apart. Labels stay bounded: at most one series per partition, neve
 | commit_failures_total    | counter   |                  | commits that failed, wholly or for a partition   |
 | self_fences_total        | counter   |                  | times the replica stopped consuming everything   |
 |                          |           |                  | (Lease not renewed, fenced, lost, fatal error)   |
+| stuck_total              | counter   |                  | times the progress watchdog judged the replica   |
+|                          |           |                  | stuck (consumer/progress.py; the log says which  |
+|                          |           |                  | rule): it then stops renewing its Lease and      |
+|                          |           |                  | exits once the Lease expired, so a scrape sees   |
+|                          |           |                  | 1 only in that window; the pod's restarts and    |
+|                          |           |                  | exit code 3 outlive it                           |
 | revoke_seconds           | histogram |                  | applying an epoch that takes partitions away ->  |
 |                          |           |                  | paused, committed, unassigned, acknowledgement   |
 |                          |           |                  | handed to the Lease keeper (it writes at once)   |
@@ -73,7 +79,8 @@ class _ProcessedByPartition(Collector):
 
 class ConsumerMetrics:
     """One replica's metrics. Updated from the runtime's thread (and its commit callback, which
-    runs in that same thread); read by the exposition server's threads (prometheus-client locks)."""
+    runs in that same thread), `stuck` from the progress watchdog's; read by the exposition
+    server's threads (prometheus-client locks)."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
@@ -104,6 +111,11 @@ class ConsumerMetrics:
         self.self_fences = Counter(
             "groupops_consumer_self_fences",
             "Times this replica stopped consuming everything.",
+            registry=self.registry,
+        )
+        self.stuck_total = Counter(
+            "groupops_consumer_stuck",
+            "Times the progress watchdog judged this replica stuck (it then exits).",
             registry=self.registry,
         )
         self.revoke_seconds = Histogram(
@@ -151,6 +163,12 @@ class ConsumerMetrics:
         if was_consuming:
             self.self_fences.inc()
         self.stopped()
+
+    def stuck(self) -> None:
+        """The progress watchdog judged the replica stuck (from the watchdog's thread): it may not
+        consume any more."""
+        self.stuck_total.inc()
+        self.lease_valid.set(0)
 
     def stopped(self) -> None:
         self.partitions_owned.set(0)

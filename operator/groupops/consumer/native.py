@@ -13,6 +13,13 @@ callback returns and committed every `commit_interval_s`, synchronously for part
 revoked, and once more on stop. A static member does not leave the group on close, so its
 partitions wait for it until `session.timeout.ms` (the behaviour the failover benchmark
 compares against).
+
+Stuck replicas: librdkafka's `max.poll.interval.ms` is `maxPollIntervalSeconds` (so at least
+`session.timeout.ms`, which settings checks), and the progress watchdog of the plan runtime runs
+here too with the same rule (runtime.py's docstring): when it fires, the replica stops renewing
+its Lease, processes, stores and commits nothing more, and exits with code 3 once the Lease has
+surely expired. Kafka moves its partitions: a static member that stops polling or exits keeps
+them until librdkafka's poll timer or `session.timeout.ms` runs out.
 """
 
 from __future__ import annotations
@@ -32,7 +39,8 @@ from groupops.consumer.kube import KubeClient
 from groupops.consumer.lease import LeaseKeeper
 from groupops.consumer.metrics import ConsumerMetrics
 from groupops.consumer.processors import Processor
-from groupops.consumer.runtime import ProcessingError, kafka_config
+from groupops.consumer.progress import ProgressWatchdog, Sample, Stuck
+from groupops.consumer.runtime import BrokerProbe, ProcessingError, kafka_config, surrender_when_stuck
 from groupops.consumer.settings import NATIVE_STRATEGIES, RuntimeSettings
 from groupops.model import TopicPartition
 from groupops.planner.plan_format import LeaseState
@@ -63,6 +71,8 @@ class NativeRuntime:
         self._stop = threading.Event()
         self._consumer: Any = None
         self._keeper: LeaseKeeper | None = None
+        self._watchdog: ProgressWatchdog | None = None
+        self._probe: BrokerProbe | None = None
         self._owned: frozenset[TopicPartition] = frozenset()
         self._progress: dict[TopicPartition, int] = {}
         self._fatal: str | None = None
@@ -101,7 +111,10 @@ class NativeRuntime:
                 settings,
                 on_commit=self._on_commit,
                 error_cb=self._on_error,
-                **{"partition.assignment.strategy": NATIVE_STRATEGIES[settings.strategy]},
+                **{
+                    "partition.assignment.strategy": NATIVE_STRATEGIES[settings.strategy],
+                    "max.poll.interval.ms": settings.max_poll_interval_s * 1000,
+                },
             )
             self._consumer = Consumer(config)
             self._consumer.subscribe(
@@ -113,19 +126,32 @@ class NativeRuntime:
             log.info(
                 "identity %s joined group %s as a static member", settings.identity, settings.kafka.group_id
             )
+            self._probe = BrokerProbe(settings)
+            self._watchdog = ProgressWatchdog(
+                settings.max_poll_interval_s, sample=self._sample_progress, on_stuck=self._on_stuck
+            )
+            self._watchdog.start()
             self._loop()
         finally:
             self._shutdown()
             kube.close()
 
     def _loop(self) -> None:
-        assert self._keeper is not None
+        watchdog = self._watchdog
+        assert self._keeper is not None and watchdog is not None
         while not self._stop.is_set():
+            watchdog.beat()
             if self._fatal is not None:
                 raise KafkaFailure(self._fatal)
             if self._keeper.lost:
                 raise LeaseLostError(f"Lease {self._keeper.name} is held by another process")
+            if watchdog.stuck is not None:
+                # The watchdog ends the process once the Lease has expired; until then, nothing.
+                self._stop.wait(_POLL_S)
+                continue
             for message in self._consumer.consume(num_messages=self.settings.batch_size, timeout=_POLL_S):
+                if watchdog.stuck is not None:
+                    break
                 error = message.error()
                 if error is not None:
                     if error.fatal():
@@ -147,6 +173,8 @@ class NativeRuntime:
         except Exception as e:
             raise ProcessingError(f"the processing callback raised {type(e).__name__}: {e}") from e
         end = time.time()
+        if self._is_stuck():
+            return  # judged stuck while the callback ran: its offset is not stored
         tp = TopicPartition(message.topic(), message.partition())
         self._progress[tp] = message.offset() + 1
         self.processed += 1
@@ -155,6 +183,8 @@ class NativeRuntime:
 
     def _commit(self, partitions: set[TopicPartition] | None, *, asynchronous: bool) -> None:
         self._last_commit = time.monotonic()
+        if self._is_stuck():
+            return
         chosen = {tp: o for tp, o in self._progress.items() if partitions is None or tp in partitions}
         if not chosen:
             return
@@ -211,7 +241,25 @@ class NativeRuntime:
         if error.fatal():
             self._fatal = f"fatal Kafka error: {error}"
 
+    # -- the progress watchdog (its own thread) -----------------------------------------------------
+
+    def _is_stuck(self) -> bool:
+        return self._watchdog is not None and self._watchdog.stuck is not None
+
+    def _sample_progress(self, timeout_s: float) -> Sample:
+        assert self._probe is not None
+        # `_owned` is only ever rebound and `dict.copy()` is atomic: consistent reads.
+        return self._probe.sample(self._owned, self._progress.copy(), timeout_s)
+
+    def _on_stuck(self, stuck: Stuck) -> float:
+        assert self._keeper is not None
+        return surrender_when_stuck(
+            stuck, keeper=self._keeper, settings=self.settings, metrics=self.metrics, journal=self._journal
+        )
+
     def _shutdown(self) -> None:
+        if self._watchdog is not None and self._watchdog.stop() and self._probe is not None:
+            self._probe.close()  # only once the watchdog's thread no longer samples through it
         try:
             if self._consumer is not None:
                 self._commit(None, asynchronous=False)

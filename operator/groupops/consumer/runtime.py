@@ -22,6 +22,27 @@ The main loop, one thread, owns the Kafka consumer (confluent-kafka, manual assi
 On stop (SIGTERM): commit synchronously, unassign everything, release the Lease (nothing owned,
 released through the newest epoch seen), close. A graceful stop therefore hands over at once.
 
+A replica that renews its Lease but makes no progress is failed over, as Kafka's
+max.poll.interval.ms does for group members. The progress watchdog (consumer/progress.py, its
+own thread) judges it *stuck* when, for `maxPollIntervalSeconds` and while it owns partitions,
+(a) the loop above has not come back to poll (a callback or a commit blocks), or (b) owned
+partitions have lag (processed position below the high watermark, read with a real broker round
+trip every 1-5 s by the watchdog's own Kafka client, `BrokerProbe`) and no owned position
+advanced, or (c) no broker round trip succeeded (the pod reaches the API server but not Kafka).
+An idle topic without lag is never stuck. A batch (`batch_size` messages) must therefore be
+processed within the interval. Then:
+- it logs which rule fired and for how long, counts `groupops_consumer_stuck_total`, journals a
+  fence, and stops renewing the Lease, which is invalid from that moment: no offset is stored or
+  committed any more, `owns()` says no, and the loop (if it still runs) fences itself;
+- the operator judges the Lease expired a lease duration after the last renewal and hands the
+  partitions over: they are consumed elsewhere within maxPollIntervalSeconds + lease duration +
+  about 1 s (the watchdog judges every 0.5 s; the last renewal was under a second before; rule
+  (b) counts from the first sample that showed the lag, up to one sampling period later);
+- once the Lease has surely expired (last write sent + one API timeout + lease duration) the
+  process exits with code 3 (`progress.EXIT_STUCK`) through `os._exit`, even with the main
+  thread blocked for good, and Kubernetes restarts the pod. A restarted process takes the
+  Lease as any new process does.
+
 Metrics (consumer/metrics.py lists them) are updated at those same steps and served on
 `settings.metrics` when a port is set, from before the Lease is taken until `run()` returns.
 """
@@ -32,7 +53,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
@@ -51,11 +72,20 @@ from groupops.consumer.lease import LeaseKeeper
 from groupops.consumer.metrics import ConsumerMetrics
 from groupops.consumer.planwatch import PlanWatcher
 from groupops.consumer.processors import Processor
+from groupops.consumer.progress import EXIT_STUCK, ProgressWatchdog, Sample, Stuck
 from groupops.consumer.settings import RuntimeSettings
 from groupops.model import MemberId, TopicPartition
 from groupops.planner.plan_format import LeaseState, PublishedPlan
 
-__all__ = ["PlanRuntime", "ProcessingError", "kafka_config"]
+__all__ = [
+    "BrokerProbe",
+    "PlanRuntime",
+    "ProcessingError",
+    "kafka_config",
+    "probe_config",
+    "sample_progress",
+    "surrender_when_stuck",
+]
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +123,115 @@ def _kafka_partitions(
     return [KafkaPartition(tp.topic, tp.partition, offsets[tp]) for tp in sorted(partitions)]
 
 
+def probe_config(settings: RuntimeSettings) -> dict[str, Any]:
+    """librdkafka configuration of the progress watchdog's own client. It cannot share the
+    runtime's consumer: confluent-kafka lets one thread at a time into a Consumer (a call from
+    another thread waits until the current one returns), so a commit that never returns would
+    block the watchdog with it, and back-to-back polls can starve it. This client never
+    subscribes nor is assigned: it only asks for watermarks and the group's committed offsets."""
+    return {
+        **settings.kafka.properties,
+        "bootstrap.servers": settings.kafka.bootstrap_servers,
+        "group.id": settings.kafka.group_id,
+        "client.id": f"{settings.identity}-progress",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+    }
+
+
+class BrokerProbe:
+    """The watchdog's Kafka client (`probe_config`), used from the watchdog's thread only."""
+
+    def __init__(self, settings: RuntimeSettings) -> None:
+        self._client: Any = Consumer(probe_config(settings))
+        self._auto_offset_reset = settings.kafka.auto_offset_reset
+
+    def sample(
+        self, owned: frozenset[TopicPartition], processed: Mapping[TopicPartition, int], timeout_s: float
+    ) -> Sample:
+        return sample_progress(
+            self._client, owned, processed, auto_offset_reset=self._auto_offset_reset, timeout_s=timeout_s
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def sample_progress(
+    client: Any,
+    owned: frozenset[TopicPartition],
+    processed: Mapping[TopicPartition, int],
+    *,
+    auto_offset_reset: str,
+    timeout_s: float,
+) -> Sample:
+    """The progress watchdog's sample (both deliveries) through `client`, the watchdog's own;
+    each broker call waits at most `timeout_s`.
+
+    positions: processed progress, else the committed offset, else where auto.offset.reset starts
+    (earliest: the low watermark; latest: the end, so no lag). high_watermarks: one ListOffsets
+    round trip per partition (`cached=False`, a real one), in partition order, stopping at the
+    first partition that lags (one is enough for the rule) or at the first failure."""
+    if not owned:
+        return Sample(owned=owned)
+    positions = {tp: processed[tp] for tp in owned if tp in processed}
+    high_watermarks: dict[TopicPartition, int] = {}
+    answered = False
+    try:
+        unknown = owned - positions.keys()
+        if unknown:
+            for partition in client.committed(_kafka_partitions(unknown), timeout=timeout_s):
+                if partition.error is None and partition.offset >= 0:
+                    positions[TopicPartition(partition.topic, partition.partition)] = partition.offset
+            answered = True
+        for tp in sorted(owned):
+            watermarks = client.get_watermark_offsets(
+                KafkaPartition(tp.topic, tp.partition), timeout=timeout_s, cached=False
+            )
+            if watermarks is None:
+                break
+            answered = True
+            low, high = watermarks
+            high_watermarks[tp] = high
+            if tp not in positions and auto_offset_reset == "earliest" and low >= 0:
+                positions[tp] = low
+            if tp in positions and positions[tp] < high:
+                break
+    except KafkaException as e:
+        # An error the broker sent (not a librdkafka timeout or transport error) is an answer.
+        error = e.args[0] if e.args else None
+        answered = answered or (isinstance(error, KafkaError) and error.code() >= 0)
+        log.debug("progress sample incomplete: %s", e)
+    return Sample(owned=owned, positions=positions, high_watermarks=high_watermarks, answered=answered)
+
+
+def surrender_when_stuck(
+    stuck: Stuck,
+    *,
+    keeper: LeaseKeeper,
+    settings: RuntimeSettings,
+    metrics: ConsumerMetrics,
+    journal: Journal,
+) -> float:
+    """What both runtimes do when the watchdog judges them stuck, in the watchdog's thread: stop
+    renewing the Lease, which makes it invalid at once (nothing is accepted or committed from
+    then on), count, journal a fence (the audit explains the re-processing it causes), say so.
+    Returns when to exit: once the Lease has surely expired."""
+    exit_at = keeper.surrender()
+    metrics.stuck()
+    journal.event("fence", time.time(), why=f"stuck ({stuck.rule}): {stuck}")
+    log.error(
+        "stuck: %s (maxPollIntervalSeconds %d). Stopped renewing Lease %s: nothing is accepted or "
+        "committed any more, the partitions move once it expires; exiting with code %d in %.1f s",
+        stuck,
+        settings.max_poll_interval_s,
+        keeper.name,
+        EXIT_STUCK,
+        max(0.0, exit_at - time.monotonic()),
+    )
+    return exit_at
+
+
 class PlanRuntime:
     """One plan-following consumer process. `run()` blocks until `stop()` (any thread, e.g. a
     signal handler) or a fatal error (raised, after releasing what can be released)."""
@@ -117,6 +256,8 @@ class PlanRuntime:
         self._keeper: LeaseKeeper | None = None
         self._watcher: PlanWatcher | None = None
         self._kube: KubeClient | None = None
+        self._watchdog: ProgressWatchdog | None = None
+        self._probe: BrokerProbe | None = None
         self._owned: set[TopicPartition] = set()
         self._progress: dict[TopicPartition, int] = {}
         self._committed: dict[TopicPartition, int] = {}
@@ -184,6 +325,11 @@ class PlanRuntime:
             self._consumer = Consumer(
                 kafka_config(settings, on_commit=self._on_commit, error_cb=self._on_error)
             )
+            self._probe = BrokerProbe(settings)
+            self._watchdog = ProgressWatchdog(
+                settings.max_poll_interval_s, sample=self._sample_progress, on_stuck=self._on_stuck
+            )
+            self._watchdog.start()
             self._loop()
         finally:
             self._shutdown()
@@ -191,9 +337,10 @@ class PlanRuntime:
                 client.close()
 
     def _loop(self) -> None:
-        keeper = self._keeper
-        assert keeper is not None and self._watcher is not None
+        keeper, watchdog = self._keeper, self._watchdog
+        assert keeper is not None and self._watcher is not None and watchdog is not None
         while not self._stop.is_set():
+            watchdog.beat()
             if self._fatal is not None:
                 self._fence(self._fatal)
                 raise KafkaFailure(self._fatal)
@@ -202,6 +349,13 @@ class PlanRuntime:
                 raise LeaseLostError(
                     f"Lease {keeper.name} is held by another process of {self.settings.identity}"
                 )
+            if watchdog.stuck is not None:
+                # The watchdog ends the process once the Lease has expired; until then, nothing.
+                if self._active or self._owned:
+                    self._fence(f"judged stuck: {watchdog.stuck}")
+                self._wake.wait(_POLL_S)
+                self._wake.clear()
+                continue
             if not self._active:
                 self._consumer.poll(0)
                 if keeper.valid():
@@ -225,6 +379,8 @@ class PlanRuntime:
 
     def _shutdown(self) -> None:
         keeper, watcher = self._keeper, self._watcher
+        if self._watchdog is not None and self._watchdog.stop() and self._probe is not None:
+            self._probe.close()  # only once the watchdog's thread no longer samples through it
         try:
             if self._consumer is not None:
                 if self._active and keeper is not None and keeper.valid():
@@ -449,6 +605,11 @@ class PlanRuntime:
 
     def _commit_sync(self, partitions: Iterable[TopicPartition]) -> bool:
         pending = self._pending(partitions)
+        assert self._keeper is not None
+        if pending and not self._keeper.valid():
+            # The Lease ran out (or the watchdog surrendered it) since the loop last looked.
+            log.warning("not committing %d partitions: the Lease is no longer valid", len(pending))
+            return False
         for attempt in range(1, _SYNC_COMMIT_ATTEMPTS + 1):
             if not pending:
                 return True
@@ -502,6 +663,21 @@ class PlanRuntime:
             self._wake.set()
         else:
             log.debug("Kafka: %s", error)
+
+    # -- the progress watchdog (its own thread) -----------------------------------------------------
+
+    def _sample_progress(self, timeout_s: float) -> Sample:
+        assert self._probe is not None
+        # `_owned` is only ever rebound and `dict.copy()` is atomic: consistent reads.
+        return self._probe.sample(frozenset(self._owned), self._progress.copy(), timeout_s)
+
+    def _on_stuck(self, stuck: Stuck) -> float:
+        assert self._keeper is not None
+        exit_at = surrender_when_stuck(
+            stuck, keeper=self._keeper, settings=self.settings, metrics=self.metrics, journal=self._journal
+        )
+        self._wake.set()
+        return exit_at
 
 
 def _names(partitions: Iterable[TopicPartition]) -> list[str]:

@@ -16,6 +16,9 @@ Environment (flags of `groupops consume` override the same names):
     GROUPOPS_LEASE_DURATION_SECONDS (10), GROUPOPS_RENEW_INTERVAL_SECONDS (1),
     GROUPOPS_RENEW_DEADLINE_SECONDS (3/4 of the duration), GROUPOPS_COMMIT_INTERVAL_SECONDS (1),
     GROUPOPS_BATCH_SIZE (100), GROUPOPS_PROCESSOR (module:callable), GROUPOPS_RECORD_DIR
+    GROUPOPS_MAX_POLL_INTERVAL_SECONDS  (300, 5..86400) a replica making no progress this long is
+                                stuck and exits (consumer/progress.py); native: also librdkafka's
+                                max.poll.interval.ms
     GROUPOPS_METRICS_PORT       serve Prometheus metrics on this port (plan delivery); unset or 0:
                                 not served
     GROUPOPS_METRICS_HOST       address the metrics server binds (127.0.0.1; 0.0.0.0 in a pod)
@@ -37,6 +40,8 @@ from groupops.planner.handoff import DEFAULT_LEASE_DURATION_S
 from groupops.planner.wire import lease_name, plan_configmap_name
 
 __all__ = [
+    "DEFAULT_MAX_POLL_INTERVAL_S",
+    "MAX_POLL_INTERVAL_RANGE",
     "NATIVE_STRATEGIES",
     "Delivery",
     "KafkaClientSettings",
@@ -52,6 +57,11 @@ _SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount
 _RESERVED_KAFKA = frozenset(
     {"group.id", "group.instance.id", "enable.auto.commit", "enable.auto.offset.store", "bootstrap.servers"}
 )
+DEFAULT_MAX_POLL_INTERVAL_S = 300
+"""Kafka's own max.poll.interval.ms default; the CRD's default of spec.consumers.maxPollIntervalSeconds
+(the operator always sets the variable, so this one matters outside the operator only)."""
+MAX_POLL_INTERVAL_RANGE = (5, 86_400)
+_LIBRDKAFKA_SESSION_TIMEOUT_MS = 45_000
 
 
 class Delivery(StrEnum):
@@ -143,6 +153,10 @@ class RuntimeSettings:
     lease_name: str = ""
     commit_interval_s: float = 1.0
     batch_size: int = 100
+    max_poll_interval_s: int = DEFAULT_MAX_POLL_INTERVAL_S
+    """Seconds without progress after which the replica is stuck (consumer/progress.py). A batch
+    of `batch_size` messages must be processed within it, as Kafka's max.poll.records within
+    max.poll.interval.ms."""
     processor: str | None = None
     record_dir: Path | None = None
     kubeconfig: str | None = None
@@ -166,6 +180,35 @@ class RuntimeSettings:
             raise ConsumerConfigError("GROUPOPS_BATCH_SIZE", "must be at least 1")
         if self.commit_interval_s <= 0:
             raise ConsumerConfigError("GROUPOPS_COMMIT_INTERVAL_SECONDS", "must be positive")
+        self._check_max_poll_interval()
+
+    def _check_max_poll_interval(self) -> None:
+        low, high = MAX_POLL_INTERVAL_RANGE
+        if not low <= self.max_poll_interval_s <= high:
+            raise ConsumerConfigError(
+                "GROUPOPS_MAX_POLL_INTERVAL_SECONDS",
+                f"expected {low} to {high} seconds, got {self.max_poll_interval_s}",
+            )
+        interval_ms = self.max_poll_interval_s * 1000
+        theirs = self.kafka.properties.get("max.poll.interval.ms")
+        if theirs is not None and theirs.strip() != str(interval_ms):
+            raise ConsumerConfigError(
+                "GROUPOPS_MAX_POLL_INTERVAL_SECONDS",
+                f"{self.max_poll_interval_s} s disagrees with max.poll.interval.ms={theirs} in "
+                "GROUPOPS_KAFKA_PROPERTIES: set the interval once, here",
+            )
+        if self.delivery is not Delivery.NATIVE:
+            return
+        # librdkafka refuses a group consumer whose max.poll.interval.ms is below its
+        # session.timeout.ms; say so in our terms instead of failing to create the client.
+        session = self.kafka.properties.get("session.timeout.ms", "").strip()
+        session_ms = int(session) if session.isdigit() else _LIBRDKAFKA_SESSION_TIMEOUT_MS
+        if interval_ms < session_ms:
+            raise ConsumerConfigError(
+                "GROUPOPS_MAX_POLL_INTERVAL_SECONDS",
+                f"delivery native needs at least session.timeout.ms ({session_ms} ms, "
+                f"GROUPOPS_KAFKA_PROPERTIES or librdkafka's default), got {self.max_poll_interval_s} s",
+            )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RuntimeSettings:
@@ -214,6 +257,9 @@ class RuntimeSettings:
             lease_name=source.get("GROUPOPS_LEASE_NAME", ""),
             commit_interval_s=_float(source, "GROUPOPS_COMMIT_INTERVAL_SECONDS", 1.0),
             batch_size=_int(source, "GROUPOPS_BATCH_SIZE", 100),
+            max_poll_interval_s=_int(
+                source, "GROUPOPS_MAX_POLL_INTERVAL_SECONDS", DEFAULT_MAX_POLL_INTERVAL_S
+            ),
             processor=source.get("GROUPOPS_PROCESSOR") or None,
             record_dir=Path(record_dir) if record_dir else None,
             kubeconfig=source.get("KUBECONFIG") or None,

@@ -12,6 +12,7 @@ Environment of the consumer container (read by `groupops consume`):
     GROUPOPS_KAFKA_BOOTSTRAP_SERVERS, GROUPOPS_KAFKA_PROPERTIES (JSON of non-secret librdkafka
     properties), GROUPOPS_KAFKA_AUTH_DIR (one file per secret property, when authSecretRef is set)
     GROUPOPS_PLAN_CONFIGMAP, GROUPOPS_LEASE_NAME, GROUPOPS_LEASE_DURATION_SECONDS
+    GROUPOPS_MAX_POLL_INTERVAL_SECONDS  spec.consumers.maxPollIntervalSeconds (stuck replicas exit)
 
 The template hash covers everything above that is the same for every identity; a pod whose
 `groupops.dev/template-hash` label differs is replaced (one at a time, after a handoff).
@@ -87,6 +88,10 @@ def _shared_env(policy: PolicyRef, spec: PolicySpec, lease_seconds: int) -> list
         },
         {"name": "GROUPOPS_PLAN_CONFIGMAP", "value": plan_configmap_name(policy.name)},
         {"name": "GROUPOPS_LEASE_DURATION_SECONDS", "value": str(lease_seconds)},
+        {
+            "name": "GROUPOPS_MAX_POLL_INTERVAL_SECONDS",
+            "value": str(spec.consumers.max_poll_interval_seconds),
+        },
     ]
     if spec.kafka.auth_secret:
         env.append({"name": "GROUPOPS_KAFKA_AUTH_DIR", "value": AUTH_MOUNT_PATH})

@@ -43,6 +43,10 @@ APPROVALS = ("auto", "manual")
 OFFSET_RESETS = ("earliest", "latest")
 MAX_REPLICAS = 1000
 MAX_PRIORITY = 1_000_000
+DEFAULT_MAX_POLL_INTERVAL_S = 300
+"""Kafka's max.poll.interval.ms default (also the CRD's, and the consumer's without the variable)."""
+MAX_POLL_INTERVAL_RANGE = (5, 86_400)
+_LIBRDKAFKA_SESSION_TIMEOUT_MS = 45_000
 _TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _GROUP = re.compile(r"^[a-zA-Z0-9._-]{1,200}$")
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(ms|s|m|h))+$")
@@ -110,12 +114,16 @@ class AutoscaleSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConsumersSpec:
+    """max_poll_interval_seconds: a replica that makes no progress this long is failed over and
+    restarted (consumer/progress.py); with native delivery also librdkafka's max.poll.interval.ms."""
+
     replicas: int = 1
     autoscale: AutoscaleSpec | None = None
     priorities: Mapping[str, int] = field(default_factory=dict)
     delivery: str = "plan"
     zones: tuple[str, ...] = ()
     template: Mapping[str, Any] = field(default_factory=dict)
+    max_poll_interval_seconds: int = DEFAULT_MAX_POLL_INTERVAL_S
 
     @property
     def max_replicas(self) -> int:
@@ -157,6 +165,7 @@ def parse_policy(spec: Any) -> PolicySpec:
         raise SpecError(
             "spec.rebalance.approval", "manual approval needs delivery: plan (Kafka assigns in native)"
         )
+    _check_max_poll_interval(consumers, kafka)
     dry_run = _bool(root, "dryRun", "spec.dryRun", False)
     return PolicySpec(
         kafka=kafka,
@@ -317,6 +326,7 @@ def _consumers(raw: Mapping[str, Any], group_id: str, strategy: StrategySpec) ->
         )
     template = _obj(raw.get("template"), "spec.consumers.template")
     _check_template(template)
+    low, high = MAX_POLL_INTERVAL_RANGE
     return ConsumersSpec(
         replicas=replicas,
         autoscale=autoscale,
@@ -324,7 +334,36 @@ def _consumers(raw: Mapping[str, Any], group_id: str, strategy: StrategySpec) ->
         delivery=delivery,
         zones=tuple(zones),
         template=template,
+        max_poll_interval_seconds=_int_in(
+            raw.get("maxPollIntervalSeconds", DEFAULT_MAX_POLL_INTERVAL_S),
+            "spec.consumers.maxPollIntervalSeconds",
+            low,
+            high,
+        ),
     )
+
+
+def _check_max_poll_interval(consumers: ConsumersSpec, kafka: KafkaSpec) -> None:
+    """The interval against the librdkafka properties that touch it (the consumer checks the
+    same, but a policy refused here is a condition, not a crash-looping pod)."""
+    interval_ms = consumers.max_poll_interval_seconds * 1000
+    theirs = kafka.properties.get("max.poll.interval.ms")
+    if theirs is not None and theirs.strip() != str(interval_ms):
+        raise SpecError(
+            "spec.kafka.properties.max.poll.interval.ms",
+            f"{theirs} disagrees with spec.consumers.maxPollIntervalSeconds "
+            f"({consumers.max_poll_interval_seconds}): set maxPollIntervalSeconds only",
+        )
+    if consumers.delivery != "native":
+        return
+    session = kafka.properties.get("session.timeout.ms", "").strip()
+    session_ms = int(session) if session.isdigit() else _LIBRDKAFKA_SESSION_TIMEOUT_MS
+    if interval_ms < session_ms:
+        raise SpecError(
+            "spec.consumers.maxPollIntervalSeconds",
+            f"native delivery needs at least session.timeout.ms ({session_ms} ms, "
+            f"spec.kafka.properties or librdkafka's default), got {consumers.max_poll_interval_seconds} s",
+        )
 
 
 def _check_template(template: Mapping[str, Any]) -> None:

@@ -120,6 +120,15 @@ def test_template_hash_follows_the_template_not_the_identity() -> None:
     assert pod(changed)["metadata"]["labels"][label] != pod()["metadata"]["labels"][label]
 
 
+def test_pod_carries_the_max_poll_interval_and_a_change_replaces_the_pods() -> None:
+    assert env_of(pod())["GROUPOPS_MAX_POLL_INTERVAL_SECONDS"] == "300", "Kafka's default"
+    short = copy.deepcopy(SPEC)
+    short["consumers"]["maxPollIntervalSeconds"] = 30
+    assert env_of(pod(short))["GROUPOPS_MAX_POLL_INTERVAL_SECONDS"] == "30"
+    label = "groupops.dev/template-hash"
+    assert pod(short)["metadata"]["labels"][label] != pod()["metadata"]["labels"][label]
+
+
 def test_default_container_when_the_template_has_none() -> None:
     bare = copy.deepcopy(SPEC)
     del bare["consumers"]["template"]

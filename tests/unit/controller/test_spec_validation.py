@@ -38,6 +38,18 @@ def with_(path: str, value: Any) -> dict[str, Any]:
 _DELETE = object()
 
 
+def native(**consumers: Any) -> dict[str, Any]:
+    """A native-delivery spec (a Kafka assignor), with more `consumers` fields."""
+    spec = with_("strategy", {"type": "range"})
+    spec["consumers"] = {"replicas": 3, "delivery": "native", **consumers}
+    return spec
+
+
+def with_properties(spec: dict[str, Any], **properties: str) -> dict[str, Any]:
+    spec["kafka"]["properties"] = {key.replace("_", "."): value for key, value in properties.items()}
+    return spec
+
+
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_every_example_parses(path: Path) -> None:
     document = yaml.safe_load(path.read_text())
@@ -54,6 +66,7 @@ def test_defaults_are_the_crd_defaults() -> None:
     assert spec.rebalance.approval == "auto"
     assert spec.consumers.replicas == 1
     assert spec.consumers.delivery == "plan"
+    assert spec.consumers.max_poll_interval_seconds == 300
     assert spec.dry_run is False
 
 
@@ -131,6 +144,33 @@ def test_defaults_are_the_crd_defaults() -> None:
         pytest.param(
             with_("consumers", {"zones": ["a"]}), "spec.consumers.zones", id="zones-without-rack-aware"
         ),
+        pytest.param(
+            with_("consumers", {"maxPollIntervalSeconds": 4}),
+            "spec.consumers.maxPollIntervalSeconds",
+            id="max-poll-interval-below-5s",
+        ),
+        pytest.param(
+            with_("consumers", {"maxPollIntervalSeconds": 86_401}),
+            "spec.consumers.maxPollIntervalSeconds",
+            id="max-poll-interval-above-a-day",
+        ),
+        pytest.param(
+            with_("consumers", {"maxPollIntervalSeconds": "5m"}),
+            "spec.consumers.maxPollIntervalSeconds",
+            id="max-poll-interval-not-seconds",
+        ),
+        pytest.param(
+            native(maxPollIntervalSeconds=30),
+            "spec.consumers.maxPollIntervalSeconds",
+            id="native-max-poll-interval-below-the-session-timeout",
+        ),
+        pytest.param(
+            with_properties(
+                with_("consumers", {"maxPollIntervalSeconds": 60}), max_poll_interval_ms="600000"
+            ),
+            "spec.kafka.properties.max.poll.interval.ms",
+            id="max-poll-interval-also-as-a-different-property",
+        ),
     ],
 )
 def test_bad_spec_names_the_field(spec: dict[str, Any], field: str) -> None:
@@ -138,6 +178,26 @@ def test_bad_spec_names_the_field(spec: dict[str, Any], field: str) -> None:
         parse_policy(spec)
     assert caught.value.field == field
     assert field in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("spec", "seconds"),
+    [
+        pytest.param(with_("consumers", {"maxPollIntervalSeconds": 6}), 6, id="plan-short"),
+        pytest.param(
+            with_properties(native(maxPollIntervalSeconds=6), session_timeout_ms="6000"),
+            6,
+            id="native-short-with-a-short-session",
+        ),
+        pytest.param(
+            with_properties(with_("consumers", {"maxPollIntervalSeconds": 60}), max_poll_interval_ms="60000"),
+            60,
+            id="the-same-value-as-a-property",
+        ),
+    ],
+)
+def test_max_poll_interval_within_what_librdkafka_accepts(spec: dict[str, Any], seconds: int) -> None:
+    assert parse_policy(spec).consumers.max_poll_interval_seconds == seconds
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,307 @@
+"""The progress watchdog: Kafka's max.poll.interval.ms for our replicas. A replica that keeps
+renewing its Lease but makes no progress is judged *stuck*, stops renewing, and exits.
+
+Who calls it: runtime.PlanRuntime and native.NativeRuntime build one `ProgressWatchdog` once the
+Lease is held and the Kafka consumer exists. Their main loop calls `beat()` each time it comes
+back to poll; the watchdog's own thread takes a `Sample` (what the replica owns, its positions,
+the high watermarks from a real broker round trip) every `probe_interval_s`, feeds the pure
+judge `ProgressTracker`, and acts on its verdict. The runtime supplies the I/O (`sample`,
+`on_stuck`), so both classes run in unit tests without Kafka.
+
+The rule, over `interval` = maxPollIntervalSeconds (`GROUPOPS_MAX_POLL_INTERVAL_SECONDS`), only
+while the replica owns partitions (a replica that owns nothing holds nothing up):
+  (a) loop: the main loop has not come back to poll for `interval` (a callback or a commit
+      blocks);
+  (b) progress: for `interval`, every broker answer showed an owned partition with lag (its
+      position below the high watermark) and no owned position advanced (nor was a partition
+      gained);
+  (c) broker: no broker round trip succeeded for `interval` (the replica reaches the API server
+      but not Kafka).
+An idle topic (no lag) is never stuck, however long it stays idle. (a) and (c) count from the
+last moment the replica was seen fine, so they are declared at most `CHECK_S` after the interval
+is over; (b) counts from the first answer that showed the lag (or the last advance, if later),
+so it is declared up to one sampling period later, never before lag has lasted the interval. A
+blocked loop therefore shows as (a), not as the lag it causes.
+
+When stuck, the runtime's `on_stuck` stops the Lease renewals (nothing is accepted or committed
+from then on) and returns when the Lease has surely expired; the watchdog then ends the process
+with `EXIT_STUCK` through `os._exit`, which works even while the main thread is blocked for good
+in a callback. Kubernetes restarts the pod.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from groupops.model import TopicPartition
+
+__all__ = [
+    "CHECK_S",
+    "EXIT_STUCK",
+    "ProgressTracker",
+    "ProgressWatchdog",
+    "Rule",
+    "Sample",
+    "Stuck",
+    "exit_process",
+    "probe_interval",
+]
+
+log = logging.getLogger(__name__)
+
+EXIT_STUCK = 3
+"""Exit code of a replica the watchdog judged stuck (1 and 2 are the CLI's runtime failure and
+bad input): Kubernetes restarts the pod, the status shows why it terminated."""
+
+CHECK_S = 0.5
+"""How often the watchdog judges: the bound on how late after the interval a replica is declared."""
+
+Clock = Callable[[], float]
+
+
+def probe_interval(interval_s: float) -> float:
+    """Seconds between two broker samples: a fifth of the interval, within 1-5 s, so that a few
+    answers fall in every interval without loading the broker (one ListOffsets per owned
+    partition at worst, fewer as soon as one lags)."""
+    return min(5.0, max(1.0, interval_s / 5))
+
+
+class Rule(StrEnum):
+    """Which part of the rule fired (see the module docstring)."""
+
+    LOOP = "loop"
+    PROGRESS = "progress"
+    BROKER = "broker"
+
+    @property
+    def description(self) -> str:
+        return _DESCRIPTIONS[self]
+
+
+_DESCRIPTIONS = {
+    Rule.LOOP: "the main loop has not come back to poll (a callback or a commit blocks)",
+    Rule.PROGRESS: "owned partitions have lag and no owned position advanced",
+    Rule.BROKER: "no broker round trip succeeded",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Stuck:
+    """The verdict: `rule` has held for `for_s` seconds."""
+
+    rule: Rule
+    for_s: float
+
+    def __str__(self) -> str:
+        return f"{self.rule.description} for {self.for_s:.1f} s"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sample:
+    """What the replica looked like at one moment.
+
+    owned: partitions it consumes now. positions: next offset to process, where known (a
+    partition without one cannot be judged lagging). high_watermarks: from the broker, for the
+    owned partitions it answered for (possibly not all: the sampler may stop at the first one
+    that lags, or at a failure). answered: a broker round trip succeeded while taking it.
+    """
+
+    owned: frozenset[TopicPartition]
+    positions: Mapping[TopicPartition, int] = field(default_factory=dict)
+    high_watermarks: Mapping[TopicPartition, int] = field(default_factory=dict)
+    answered: bool = False
+
+    @property
+    def lagging(self) -> bool:
+        return any(
+            tp in self.positions and self.positions[tp] < high
+            for tp, high in self.high_watermarks.items()
+            if tp in self.owned
+        )
+
+    @property
+    def complete(self) -> bool:
+        """Every owned partition's high watermark is known: a sample without lag then proves
+        there is nothing to do."""
+        return self.owned <= self.high_watermarks.keys()
+
+
+class ProgressTracker:
+    """The judge: fed in time order (monotonic seconds) from one thread; `verdict` applies the
+    rule of the module docstring."""
+
+    def __init__(self, interval_s: float, *, now: float) -> None:
+        self.interval_s = interval_s
+        self._loop_at = now
+        self._contact_at = now
+        self._progress_at = now
+        self._owning_since: float | None = None
+        self._owned: frozenset[TopicPartition] = frozenset()
+        self._positions: dict[TopicPartition, int] = {}
+        self._lagging_since: float | None = None
+
+    def loop_returned(self, at: float) -> None:
+        """The main loop came back to poll at `at`."""
+        self._loop_at = max(self._loop_at, at)
+
+    def observe(self, at: float, sample: Sample) -> None:
+        if sample.answered:
+            self._contact_at = max(self._contact_at, at)
+        owned = sample.owned
+        if not owned:
+            self._owning_since = None
+            self._owned = owned
+            self._positions = {}
+            self._lagging_since = None
+            return
+        if self._owning_since is None:
+            self._owning_since = at
+            self._progress_at = at
+        gained = not owned <= self._owned
+        advanced = any(
+            tp in self._positions and position > self._positions[tp]
+            for tp, position in sample.positions.items()
+            if tp in owned
+        )
+        self._owned = owned
+        self._positions = {tp: position for tp, position in sample.positions.items() if tp in owned}
+        if gained or advanced:
+            self._progress_at = at
+        if sample.lagging:
+            if self._lagging_since is None:
+                self._lagging_since = at
+        elif sample.complete:
+            self._lagging_since = None
+        # Otherwise the answer was partial and showed no lag: it proves nothing either way.
+
+    def verdict(self, now: float) -> Stuck | None:
+        """The first rule that has held for the interval (loop, broker, progress), else None."""
+        if self._owning_since is None:
+            return None
+        since = self._owning_since
+        starts = (
+            (Rule.LOOP, max(self._loop_at, since)),
+            (Rule.BROKER, max(self._contact_at, since)),
+            (
+                Rule.PROGRESS,
+                None if self._lagging_since is None else max(self._lagging_since, self._progress_at, since),
+            ),
+        )
+        for rule, start in starts:
+            if start is not None and now - start >= self.interval_s:
+                return Stuck(rule, now - start)
+        return None
+
+
+def exit_process(code: int) -> None:
+    """`os._exit` after flushing the log handlers and standard streams: the main thread may be
+    blocked for good in a callback, so neither `sys.exit` nor atexit handlers could run. (The
+    journal writes each line unbuffered; it has nothing to flush.)"""
+    for handler in logging.getLogger().handlers:
+        with contextlib.suppress(Exception):
+            handler.flush()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
+class ProgressWatchdog:
+    """The thread that samples, judges and, once the replica is stuck, ends the process.
+
+    sample(timeout_s): the runtime's `Sample`, each broker call bounded by `timeout_s`. It runs in
+    the watchdog's thread, so it must never wait on the main thread: not on the runtime's Kafka
+    consumer either (confluent-kafka lets one thread at a time into a Consumer).
+    on_stuck(stuck): the runtime's reaction (stop renewing, stop accepting, log, count); returns
+    the monotonic time at which to exit. `exit_with` and `monotonic` are replaced in tests.
+    """
+
+    def __init__(
+        self,
+        interval_s: float,
+        *,
+        sample: Callable[[float], Sample],
+        on_stuck: Callable[[Stuck], float],
+        exit_with: Callable[[int], None] = exit_process,
+        monotonic: Clock = time.monotonic,
+        probe_interval_s: float | None = None,
+        check_s: float = CHECK_S,
+    ) -> None:
+        self.interval_s = interval_s
+        self.probe_interval_s = probe_interval(interval_s) if probe_interval_s is None else probe_interval_s
+        self.probe_timeout_s = min(2.0, self.probe_interval_s)
+        self._sample = sample
+        self._on_stuck = on_stuck
+        self._exit = exit_with
+        self._monotonic = monotonic
+        self._check_s = check_s
+        self._tracker = ProgressTracker(interval_s, now=monotonic())
+        self._beat_at = monotonic()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.stuck: Stuck | None = None
+        """Set (once) when the replica was judged stuck; the runtime checks it before it accepts
+        or commits anything."""
+
+    def beat(self) -> None:
+        """The main loop is back to poll (called from the main thread: one float store)."""
+        self._beat_at = self._monotonic()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="progress-watchdog", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> bool:
+        """Stop judging and cancel a pending exit; waits for a sample in progress, so the runtime
+        may close what the sampler uses afterwards. False when the thread did not end in time."""
+        self._stop.set()
+        thread = self._thread
+        if thread is None or thread is threading.current_thread():
+            return True
+        thread.join(timeout=self.probe_timeout_s * 3 + 1)
+        return not thread.is_alive()
+
+    def _run(self) -> None:
+        next_sample = self._monotonic()
+        while not self._stop.is_set():
+            if self._monotonic() >= next_sample:
+                sample = self._take_sample()
+                if sample is not None:
+                    self._tracker.observe(self._monotonic(), sample)
+                next_sample = self._monotonic() + self.probe_interval_s
+            self._tracker.loop_returned(self._beat_at)
+            verdict = self._tracker.verdict(self._monotonic())
+            if verdict is not None:
+                self._declare(verdict)
+                return
+            self._stop.wait(self._check_s)
+
+    def _take_sample(self) -> Sample | None:
+        try:
+            return self._sample(self.probe_timeout_s)
+        except Exception:
+            # A sampler bug must not silently switch the watchdog off: it counts as no answer, so
+            # a replica seen owning partitions whose sampler keeps failing is judged stuck (c).
+            log.exception("sampling progress failed")
+            return None
+
+    def _declare(self, stuck: Stuck) -> None:
+        self.stuck = stuck
+        try:
+            exit_at = self._on_stuck(stuck)
+        except Exception:
+            # The runtime could not stop cleanly: exiting at once is the safe way out.
+            log.exception("reacting to a stuck replica failed; exiting at once")
+            exit_at = self._monotonic()
+        if self._stop.wait(max(0.0, exit_at - self._monotonic())):
+            return
+        log.error("exiting with code %d: stuck (%s)", EXIT_STUCK, stuck)
+        self._exit(EXIT_STUCK)
