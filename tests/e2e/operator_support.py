@@ -143,6 +143,11 @@ class OperatorProcess:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def leads(self) -> bool:
+        """Its current run is alive and logged that it won the leader election."""
+        current_run = self.log_path.read_text(errors="replace").split("==== start")[-1]
+        return self.alive() and "leading as" in current_run
+
     def kill(self) -> None:
         """SIGKILL: no cleanup, as a crashed or evicted operator."""
         if self.alive():
@@ -163,12 +168,25 @@ class OperatorProcess:
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
+    @property
+    def metrics_port(self) -> int:
+        """The --metrics-port of the current start (where /metrics is served)."""
+        assert self.process is not None, "the operator was never started"
+        args = [str(arg) for arg in self.process.args]
+        return int(args[args.index("--metrics-port") + 1])
+
 
 def install_crd(kubectl: Kubectl) -> None:
     kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    kubectl.run(
-        "wait", "--for=condition=Established", "--timeout=60s", "crd/consumergrouppolicies.groupops.dev"
-    )
+
+    def established() -> bool:
+        # Polled rather than `kubectl wait`, which fails outright while the new CRD has no
+        # status.conditions yet (seen on a loaded machine).
+        crd = kubectl.get_json("crd", "consumergrouppolicies.groupops.dev", "default")
+        conditions = ((crd or {}).get("status") or {}).get("conditions") or []
+        return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+
+    wait_for("the ConsumerGroupPolicy CRD to be established", established, timeout=60, interval=0.2)
 
 
 def create_namespace(kubectl: Kubectl, name: str) -> None:

@@ -80,14 +80,56 @@ def test_deployment_is_locked_down() -> None:
         "ClusterRoleBinding",
         "CustomResourceDefinition",
         "Deployment",
+        "PodDisruptionBudget",
+        "Role",
+        "RoleBinding",
         "Service",
         "ServiceAccount",
     ]
     rules = next(d for d in documents if d["kind"] == "ClusterRole")["rules"]
     secrets = [r for r in rules if "secrets" in r["resources"]]
-    assert secrets == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}], (
-        "Secrets are only read"
+    assert secrets == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]}], (
+        "Secrets are only read (watched by name: the auth Secret's cache)"
     )
+
+
+def test_two_replicas_elect_a_leader_spread_apart_and_keep_one_through_a_drain() -> None:
+    documents = [d for d in yaml.safe_load_all(render("ops")) if d]
+    deployment = next(d for d in documents if d["kind"] == "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    pod = deployment["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert "--leader-namespace=ops" in args
+    assert "--leader-lease-name=groupops-operator" in args
+    spread = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert {term["podAffinityTerm"]["topologyKey"] for term in spread} == {
+        "kubernetes.io/hostname",
+        "topology.kubernetes.io/zone",
+    }
+    budget = next(d for d in documents if d["kind"] == "PodDisruptionBudget")
+    assert budget["spec"]["minAvailable"] == 1
+    assert budget["spec"]["selector"] == deployment["spec"]["selector"]
+    election = next(
+        d for d in documents if d["kind"] == "Role" and d["metadata"]["name"].endswith("-election")
+    )
+    assert election["metadata"]["namespace"] == "ops"
+    named = [r for r in election["rules"] if r.get("resourceNames")]
+    assert named == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["groupops-operator"],
+            "verbs": ["get", "update"],
+        }
+    ]
+
+    single = [d for d in yaml.safe_load_all(render("ops", "replicas=1", "leaderElection.enabled=false")) if d]
+    assert "PodDisruptionBudget" not in {d["kind"] for d in single}
+    single_args = next(d for d in single if d["kind"] == "Deployment")["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    assert "--no-leader-election" in single_args["args"]
 
 
 def test_offset_history_topic_is_passed_only_when_set() -> None:

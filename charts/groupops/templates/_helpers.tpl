@@ -55,7 +55,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   verbs: [get, list, watch, create, update, patch, delete]
 - apiGroups: [""]
   resources: [secrets]
-  verbs: [get]
+  verbs: [get, list, watch]
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import uuid
 from typing import Annotated
 
 import typer
@@ -9,6 +12,7 @@ import typer
 from groupops.commands.errors import RUNTIME_FAILURE, fail
 from groupops.controller.settings import (
     ConsumerSettings,
+    ElectionSettings,
     NetworkSettings,
     ReconcileSettings,
     Settings,
@@ -55,6 +59,26 @@ def operator_command(
             help="Append every kafka lag read to this topic on the cluster read (the pipeline's input).",
         ),
     ] = None,
+    leader_election: Annotated[
+        bool,
+        typer.Option(
+            help="Campaign for the election Lease and reconcile only while leading (run two or more "
+            "replicas); --no-leader-election only where one operator runs by construction."
+        ),
+    ] = True,
+    leader_lease_seconds: Annotated[
+        float,
+        typer.Option(
+            help="How long a silent leader keeps leadership (a standby takes over after it).", min=2.0
+        ),
+    ] = 5.0,
+    leader_namespace: Annotated[
+        str | None,
+        typer.Option(
+            help="Namespace of the election Lease; default $POD_NAMESPACE, else the first --namespace."
+        ),
+    ] = None,
+    leader_lease_name: Annotated[str, typer.Option(help="Name of the election Lease.")] = "groupops-operator",
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at debug level.")] = False,
 ) -> None:
     """Run the operator: reconcile every ConsumerGroupPolicy it watches until stopped."""
@@ -66,6 +90,13 @@ def operator_command(
         consumer=ConsumerSettings(image=consumer_image),
         network=NetworkSettings(host=host, health_port=health_port, metrics_port=metrics_port),
         history_topic=history_topic,
+        election=_election(
+            enabled=leader_election,
+            lease_seconds=leader_lease_seconds,
+            namespace=leader_namespace,
+            name=leader_lease_name,
+            watched=namespace or [],
+        ),
     )
     if history_topic is not None and not history_topic.strip():
         fail("the history topic is empty (--history-topic)")
@@ -73,3 +104,23 @@ def operator_command(
         run_operator(settings, verbose=verbose)
     except StartupError as e:
         fail(str(e), code=RUNTIME_FAILURE)
+
+
+def _election(
+    *, enabled: bool, lease_seconds: float, namespace: str | None, name: str, watched: list[str]
+) -> ElectionSettings | None:
+    if not enabled:
+        return None
+    where = namespace or os.environ.get("POD_NAMESPACE") or (watched[0] if watched else "")
+    if not where:
+        fail("the election Lease needs a namespace (--leader-namespace, or $POD_NAMESPACE in a pod)")
+    # Unique per process, never reused: a restarted operator must win the Lease anew, with a new term.
+    identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+    return ElectionSettings(
+        namespace=where,
+        name=name,
+        identity=identity,
+        lease_seconds=lease_seconds,
+        renew_deadline_seconds=lease_seconds * 0.7,
+        retry_seconds=min(1.0, lease_seconds / 5),
+    )

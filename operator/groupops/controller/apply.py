@@ -8,7 +8,8 @@ must be equal (a plan ConfigMap with an identity too many is not "the same plus 
 Updates are full replaces carrying the read `resourceVersion`, so two writers can never interleave
 silently: a stale one gets `Conflict` and re-reads (the plan's epoch relies on this). A create that
 meets an existing object (a restart raced its own earlier create) re-reads and compares instead of
-failing, so re-running a step is always safe.
+failing, so re-running a step is always safe; except for the plan ConfigMap (`exclusive_create`),
+which is never written over without being read first.
 """
 
 from __future__ import annotations
@@ -71,9 +72,13 @@ def apply(
     namespace: str = "",
     name: str = "",
     log: logging.LoggerAdapter[logging.Logger] | logging.Logger | None = None,
+    exclusive_create: bool = False,
 ) -> tuple[Outcome, dict[str, Any] | None]:
     """Make the cluster hold `desired` (None: hold nothing). The identifying keyword arguments are
-    needed only to delete (when `desired` is None). Returns the outcome and the object now held."""
+    needed only to delete (when `desired` is None). Returns the outcome and the object now held.
+    `exclusive_create`: a create that meets an existing object raises AlreadyExists instead of
+    comparing and replacing it (the plan ConfigMap: whoever created it first wrote a plan from
+    its own reading, which the caller must read before writing over it)."""
     logger = log or logging.getLogger(__name__)
     if desired is None:
         if existing is None:
@@ -94,6 +99,8 @@ def apply(
         try:
             created = client.create(desired)
         except AlreadyExists:
+            if exclusive_create:
+                raise
             existing = client.get(desired["apiVersion"], kind, desired["metadata"].get("namespace"), name)
             if existing is None:  # deleted again in between: the next reconcile creates it
                 raise

@@ -10,20 +10,45 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
+from groupops.controller.cache import Caches, Reader
 from groupops.controller.events import EventSink
 from groupops.controller.kube import KubeClient
+from groupops.controller.lagread import PolicyLag
 from groupops.controller.metrics import Metrics
 from groupops.controller.render_common import PolicyRef
 from groupops.controller.settings import Settings
+from groupops.controller.sightings import LeaseSightings
 from groupops.controller.wakeup import Wakeup
 from groupops.lag.history import OffsetHistory
 from groupops.planner.handoff import LeaseClock
 
-__all__ = ["Deps", "PolicyLog", "PolicyMemory", "ReconcileFailure", "ReconcileResult", "RunContext", "iso"]
+__all__ = [
+    "Deps",
+    "Leadership",
+    "PolicyLog",
+    "PolicyMemory",
+    "ReconcileFailure",
+    "ReconcileResult",
+    "RunContext",
+    "iso",
+]
+
+
+class Leadership(Protocol):
+    """What the reconcile needs of the election (`controller.leader.LeaderElector`)."""
+
+    @property
+    def identity(self) -> str: ...
+
+    @property
+    def term(self) -> int: ...
+
+    def still_leading(self) -> bool: ...
 
 
 class ReconcileFailure(Exception):
@@ -45,6 +70,10 @@ class PolicyMemory:
     wakeup: Wakeup = field(default_factory=Wakeup)
     failures: int = 0
     """Transient failures in a row of the policy's loop (its retry delay doubles with each)."""
+    lag: PolicyLag = field(default_factory=PolicyLag)
+    """The policy's lag reads, off the reconcile's path (`lagread`)."""
+    poke: Callable[[], None] = lambda: None
+    """Wake the policy's loop from any thread (set by its daemon)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,6 +84,20 @@ class Deps:
     events: EventSink
     wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     history: OffsetHistory | None = None
+    caches: Caches | None = None
+    """The operator's watch caches; None reads everything from the API (unit tests, tools)."""
+    sightings: LeaseSightings | None = None
+    """When this process first saw each consumer Lease version, standby time included."""
+    lag_pool: Executor | None = None
+    """Where lag reads run; None reads in the reconcile itself (tools, unit tests)."""
+    leadership: Leadership | None = None
+    """The election this operator won; None when it runs without one (one operator by
+    construction). Every plan write checks it and records its term."""
+
+    @property
+    def reader(self) -> Reader:
+        """Where the reconcile reads the objects a policy owns and its auth Secret."""
+        return self.caches if self.caches is not None else self.client
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

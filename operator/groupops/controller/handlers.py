@@ -6,7 +6,9 @@ its outcome into kopf's terms; nothing here decides anything about plans or obje
     daemon (one per policy)   -> reconcile every tick (lag, liveness, the rebalance interval), and
                                  between ticks when a Lease of the policy changed what the plan
                                  depends on or a held Lease ran out (`wakeup`)
-    event on a policy's Lease -> note it on the policy's LeaseClock; wake its daemon if needed
+    a policy's Lease changed   -> note it on the policy's LeaseClock; wake its daemon if needed
+                                 (a listener of the Lease watch cache, `cache`: kopf does not
+                                 watch Leases, so the operator never receives other Leases)
     delete                    -> remove everything the policy owns (the test stack and some
                                  clusters run no garbage collector, so owner references alone
                                  are not relied on), then kopf lifts the finalizer
@@ -20,6 +22,7 @@ the daemon.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Mapping
@@ -28,18 +31,12 @@ from typing import Any
 
 import kopf
 
+from groupops.controller.cache import Listener
 from groupops.controller.identities import observe_lease
 from groupops.controller.kube import KubeError
-from groupops.controller.names import (
-    API_GROUP,
-    API_VERSION,
-    LABEL_MANAGED_BY,
-    LABEL_POLICY,
-    MANAGED_BY,
-    PLURAL,
-    owned_selector,
-)
+from groupops.controller.names import API_GROUP, API_VERSION, LABEL_POLICY, PLURAL, owned_selector
 from groupops.controller.reconcile import Deps, PolicyMemory, ReconcileFailure, reconcile
+from groupops.controller.sightings import LeaseSightings
 from groupops.controller.wakeup import expiry_due, next_wake
 
 __all__ = ["OWNED_KINDS", "build_registry", "delete_owned"]
@@ -69,10 +66,15 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _memory(memo: Any) -> PolicyMemory:
+def _memory(memo: Any, body: Any = None, sightings: LeaseSightings | None = None) -> PolicyMemory:
+    """The policy's memory; a new one starts from this process's sightings of its Leases (a
+    standby that just took over judges expiry from what it watched while standing by)."""
     memory = memo.get("groupops")
     if memory is None:
         memory = memo.setdefault("groupops", PolicyMemory())
+        if sightings is not None and body is not None:
+            namespace, name = _key(body)
+            sightings.seed(memory.clock, namespace, name)
     assert isinstance(memory, PolicyMemory)
     return memory
 
@@ -106,7 +108,6 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330
         settings.execution.max_workers = deps.settings.reconcile.workers  # the change handlers
-        logging.getLogger("kopf.objects").addFilter(_quiet_lease_events)
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -134,7 +135,7 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
     def run(body: Any, memo: Any, retry: int) -> None:
         """A change handler's reconcile: failures go to kopf."""
         try:
-            done = reconcile_locked(body, _memory(memo))
+            done = reconcile_locked(body, _memory(memo, body, deps.sightings))
         except ReconcileFailure as failure:
             if failure.transient:
                 delay = settings.reconcile.backoff(retry + 1)
@@ -170,10 +171,15 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
     @kopf.daemon(*resource, registry=registry, cancellation_timeout=_DAEMON_STOP_S)
     async def policy_loop(*, body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any) -> None:
         # `body` is kopf's live view: every run reads the policy as last seen.
-        memory = _memory(memo)
+        memory = _memory(memo, body, deps.sightings)
         key = _key(body)
         memories[key] = memory
         loop = asyncio.get_running_loop()
+
+        def poke() -> None:  # from another thread, e.g. a lag read that landed late
+            loop.call_soon_threadsafe(memory.wakeup.poke)
+
+        memory.poke = poke
         tick = settings.reconcile.tick_seconds
         next_tick = time.monotonic() + tick
         judged_until = time.monotonic()
@@ -201,20 +207,14 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
             if memories.get(key) is memory:
                 del memories[key]
 
-    @kopf.on.event(
-        "coordination.k8s.io",
-        "v1",
-        "leases",
-        labels={LABEL_POLICY: kopf.PRESENT, LABEL_MANAGED_BY: MANAGED_BY},
-        registry=registry,
-    )
-    async def on_lease(*, type: str | None, body: kopf.Body, **_: Any) -> None:
+    def on_lease(event_type: str, body: dict[str, Any]) -> None:
+        """A Lease event of the cache, run in kopf's loop (as the daemons and their Wakeup)."""
         meta = body.get("metadata", {})
         memory = memories.get((str(meta.get("namespace")), str(meta.get("labels", {}).get(LABEL_POLICY))))
         if memory is None:
             return  # its policy's daemon is not running (yet): the policy's first run reads it
         name = str(meta.get("name"))
-        lease = None if type == "DELETED" else _plain(body)
+        lease = None if event_type == "DELETED" else body
         if lease is not None:
             observe_lease(
                 lease,
@@ -223,6 +223,29 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
                 duration=settings.reconcile.lease_duration_seconds,
             )
         memory.wakeup.note_lease(name, lease)
+
+    lease_listeners: list[Listener] = []
+
+    @kopf.on.startup(registry=registry)
+    async def follow_leases(**_: Any) -> None:
+        if deps.caches is None:
+            log.warning("no watch caches: Lease changes wake no daemon (each waits for its tick)")
+            return
+        loop = asyncio.get_running_loop()
+
+        def from_watch_thread(event_type: str, lease: dict[str, Any]) -> None:
+            with contextlib.suppress(RuntimeError):  # kopf's loop is closed: the operator stops
+                loop.call_soon_threadsafe(on_lease, event_type, lease)
+
+        deps.caches.leases.add_listener(from_watch_thread)
+        lease_listeners.append(from_watch_thread)
+
+    @kopf.on.cleanup(registry=registry)
+    async def unfollow_leases(**_: Any) -> None:
+        if deps.caches is not None:
+            for listener in lease_listeners:
+                deps.caches.leases.remove_listener(listener)
+        lease_listeners.clear()
 
     @kopf.on.delete(*resource, registry=registry)
     def on_delete(*, body: kopf.Body, memo: kopf.Memo, retry: int, **_: Any) -> None:
@@ -244,12 +267,6 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
 
 async def _stop_signal(stopped: kopf.DaemonStopped) -> None:
     await stopped.wait()
-
-
-def _quiet_lease_events(record: logging.LogRecord) -> bool:
-    """Drop kopf's "Handler ... on_lease succeeded." line: every renewal of every replica would
-    log one per second."""
-    return not (record.levelno <= logging.INFO and "on_lease" in record.getMessage())
 
 
 def _key(body: Any) -> tuple[str, str]:

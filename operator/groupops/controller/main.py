@@ -1,21 +1,38 @@
-"""Wire the operator together and run it: client, metrics, handlers, kopf. Called by
-`groupops operator` with settings it built from its flags."""
+"""Wire the operator together and run it: client, metrics, caches, leader election, handlers,
+kopf. Called by `groupops operator` with settings it built from its flags.
+
+A replica that does not lead serves `/healthz` itself (it is healthy: a standby) and keeps its
+watch caches warm, so that when it takes over it reconciles from memory at once; only the leader
+runs kopf's handlers. Losing leadership ends the process (exit code 3) before anything else is
+written: its pod restarts as a standby (docs/design.md §8).
+"""
 
 from __future__ import annotations
 
+import http.server
 import logging
+import os
+import signal
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import kopf
 
+from groupops.controller.cache import start_caches
 from groupops.controller.events import EventSink
 from groupops.controller.handlers import build_registry
 from groupops.controller.kube import KubeClient
+from groupops.controller.leader import LeaderElector
 from groupops.controller.metrics import Metrics
 from groupops.controller.reconcile import Deps
 from groupops.controller.settings import Settings
+from groupops.controller.sightings import LeaseSightings
 from groupops.lag.history import OffsetHistory
 
-__all__ = ["StartupError", "run_operator"]
+__all__ = ["LEADERSHIP_LOST_EXIT", "StartupError", "run_operator"]
+
+LEADERSHIP_LOST_EXIT = 3
 
 log = logging.getLogger(__name__)
 
@@ -43,18 +60,93 @@ def run_operator(settings: Settings, *, verbose: bool = False) -> None:
                 f"cannot serve metrics: {e.strerror} (--metrics-port {network.metrics_port})"
             ) from e
     history = None if settings.history_topic is None else OffsetHistory(settings.history_topic)
-    deps = Deps(client=client, settings=settings, metrics=metrics, events=EventSink(client), history=history)
+    caches = start_caches(client, settings, metrics)  # the reconciles' reads, from watches
+    sightings = LeaseSightings()  # from now on, standing by or not (docs/design.md §8.1)
+    caches.leases.add_listener(sightings.note)
+    for lease in caches.leases.list(None):
+        sightings.note("ADDED", lease)
     log.info(
         "groupops operator: %s, tick %.1fs",
         ", ".join(settings.watch.namespaces) or "cluster-wide",
         settings.reconcile.tick_seconds,
     )
-    kopf.run(
-        registry=build_registry(deps),
-        standalone=settings.watch.standalone,
-        clusterwide=not settings.watch.namespaces,
-        namespaces=settings.watch.namespaces,
-        liveness_endpoint=f"http://{network.host}:{network.health_port}/healthz",
+    elector = None
+    if settings.election is not None:
+        elector = LeaderElector(client, settings.election)
+        if not _stand_by(elector, network.host, network.health_port, metrics):
+            return
+        metrics.leader_term.set(elector.term)
+        elector.start_renewing(_exit_on_lost_leadership)
+    lag_pool = ThreadPoolExecutor(max_workers=settings.reconcile.workers, thread_name_prefix="lag")
+    deps = Deps(
+        client=client,
+        settings=settings,
+        metrics=metrics,
+        events=EventSink(client),
+        history=history,
+        caches=caches,
+        sightings=sightings,
+        lag_pool=lag_pool,
+        leadership=elector,
     )
-    if history is not None:
-        history.close()
+    try:
+        kopf.run(
+            registry=build_registry(deps),
+            standalone=settings.watch.standalone,
+            clusterwide=not settings.watch.namespaces,
+            namespaces=settings.watch.namespaces,
+            liveness_endpoint=f"http://{network.host}:{network.health_port}/healthz",
+        )
+    finally:
+        lag_pool.shutdown(wait=False, cancel_futures=True)
+        if elector is not None:
+            elector.release()
+        if history is not None:
+            history.close()
+
+
+def _stand_by(elector: LeaderElector, host: str, health_port: int, metrics: Metrics) -> bool:
+    """Serve /healthz and campaign until leading (True) or told to stop (False)."""
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    server = _health_server(host, health_port)
+    threading.Thread(target=server.serve_forever, name="standby-health", daemon=True).start()
+    metrics.leader.set(0)
+    try:
+        leading = elector.acquire(stop)
+    finally:
+        server.shutdown()
+        server.server_close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if leading:
+        metrics.leader.set(1)
+    return leading
+
+
+def _exit_on_lost_leadership(reason: str) -> None:
+    log.critical("leadership lost (%s): exiting so that nothing more is written", reason)
+    logging.shutdown()
+    sys.stderr.flush()
+    os._exit(LEADERSHIP_LOST_EXIT)
+
+
+class _StandbyHealth(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        status = 200 if self.path.startswith("/healthz") else 404
+        body = b'{"standby": true}' if status == 200 else b""
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+def _health_server(host: str, port: int) -> http.server.ThreadingHTTPServer:
+    try:
+        return http.server.ThreadingHTTPServer((host, port), _StandbyHealth)
+    except OSError as e:
+        raise StartupError(f"cannot serve health checks: {e.strerror} (--health-port {port})") from e

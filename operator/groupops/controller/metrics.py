@@ -1,6 +1,7 @@
 """The operator's Prometheus metrics (prometheus-client), on their own registry.
 
-Every series carries `namespace` and `policy`. Served by `serve` on the metrics port.
+Every series of a policy carries `namespace` and `policy`; the operator's own series (its API
+requests, its caches) carry neither. Served by `serve` on the metrics port.
 """
 
 from __future__ import annotations
@@ -34,6 +35,23 @@ class Metrics:
         )
         self.epoch = Gauge(
             "groupops_plan_epoch", "Epoch of the published plan.", labels, registry=self.registry
+        )
+        self.leader = Gauge(
+            "groupops_operator_leader",
+            "1 while this operator replica leads (runs the reconciles), 0 while it stands by.",
+            registry=self.registry,
+        )
+        self.leader_term = Gauge(
+            "groupops_operator_leader_term",
+            "The term (election Lease transitions) this replica leads in.",
+            registry=self.registry,
+        )
+        self.plan_writes_refused = Counter(
+            "groupops_plan_writes_refused",
+            "Plan writes not made: the plan ConfigMap changed since it was read, or names a newer "
+            "leader term.",
+            labels,
+            registry=self.registry,
         )
         self.rebalances = Counter(
             "groupops_rebalances",
@@ -73,6 +91,23 @@ class Metrics:
             (*labels, "reason"),
             registry=self.registry,
         )
+        self.api_requests = Counter(
+            "groupops_operator_api_requests",
+            "Requests of the operator to the Kubernetes API, by RBAC verb (get, list, watch, create, "
+            "update, patch, delete) and kind; a watch counts once, when it is opened.",
+            ("verb", "kind"),
+            registry=self.registry,
+        )
+        self.cache_fallbacks = Counter(
+            "groupops_operator_cache_fallbacks",
+            "Reads the watch caches passed to the API because the kind's cache was not synced "
+            "(starting, or relisting after its watch broke).",
+            ("kind",),
+            registry=self.registry,
+        )
+
+    def count_request(self, verb: str, kind: str) -> None:
+        self.api_requests.labels(verb, kind).inc()
 
     def record_members(self, namespace: str, policy: str, lag_by_identity: Mapping[str, int]) -> None:
         for identity, lag in lag_by_identity.items():

@@ -4,7 +4,7 @@ Called by every kopf handler (create, update, resume, timer); the handlers only 
 outcome. Steps, in order (each step hands "desired or none" to `apply.apply`):
 
     spec          parse and validate (bad spec: Ready=False InvalidSpec + Event, nothing touched)
-    observe       plan ConfigMap, pods, Leases, the auth Secret
+    observe       plan ConfigMap, pods, Leases, the auth Secret (from the watch caches, `cache`)
     lag           read the policy's lag source (down: Degraded, the last plan stays)
     identities    slots, liveness, draining, members (`identities.identity_view`)
     plan          target (planner) -> trigger? -> handoff step -> manual approval / dry run
@@ -25,7 +25,7 @@ from __future__ import annotations
 import base64
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -42,6 +42,7 @@ from groupops.controller.context import (
 from groupops.controller.decide import Decision, decide
 from groupops.controller.identities import IdentityView, identity_view, pod_ordinals
 from groupops.controller.kube import Conflict, KubeError, NotFound, Rejected
+from groupops.controller.lagread import counts_from_plan, zero_lag
 from groupops.controller.names import (
     ANNOTATION_APPROVE,
     API_GROUP,
@@ -59,6 +60,7 @@ from groupops.controller.render_common import PolicyRef
 from groupops.controller.render_plan import (
     ObservedPlan,
     configmap_epoch,
+    configmap_term,
     read_plan_configmap,
     render_plan_configmap,
 )
@@ -72,6 +74,7 @@ from groupops.lag import (
     LagSourceUnavailable,
     UnknownTopicError,
 )
+from groupops.lag import kafka as kafka_lag
 from groupops.lag.registry import SourceContext, build_lag_source
 from groupops.model import MemberId
 from groupops.planner.handoff import HandoffError, HandoffResult, predicted_plan
@@ -108,16 +111,17 @@ def _reconcile(run: RunContext) -> ReconcileResult:
         spec = parse_policy(run.body.get("spec"))
     except SpecError as e:
         fail(run, "InvalidSpec", str(e), transient=False)
-    client = run.deps.client
     ns = run.policy.namespace
 
     # -- observe ---------------------------------------------------------------------------------
+    # From the watch caches (the API while they are not synced); our own writes show at once.
+    reader = run.deps.reader
     try:
-        configmap = client.get("v1", "ConfigMap", ns, plan_configmap_name(run.policy.name))
-        pods = client.list("v1", "Pod", ns, label_selector=owned_selector(run.policy.name))
+        configmap = reader.get("v1", "ConfigMap", ns, plan_configmap_name(run.policy.name))
+        pods = reader.list("v1", "Pod", ns, label_selector=owned_selector(run.policy.name))
         lease_objects = {
             lease["metadata"]["name"]: lease
-            for lease in client.list(
+            for lease in reader.list(
                 "coordination.k8s.io/v1", "Lease", ns, label_selector=owned_selector(run.policy.name)
             )
         }
@@ -133,13 +137,15 @@ def _reconcile(run: RunContext) -> ReconcileResult:
         previous = floor_plan(spec.strategy.type, epoch_floor)
 
     # -- lag -------------------------------------------------------------------------------------
-    snapshot = _read_lag(run, spec, client_config, has_plan=observed is not None)
+    snapshot, degraded = _read_lag(run, spec, client_config, previous=previous, has_plan=observed is not None)
     topics = {topic: len(snapshot.lags[topic]) for topic in spec.topics}
-    replicas = (
-        spec.consumers.autoscale.replicas_for(snapshot.total())
-        if spec.consumers.autoscale
-        else spec.consumers.replicas
-    )
+    if spec.consumers.autoscale is None:
+        replicas = spec.consumers.replicas
+    elif degraded is None:
+        replicas = spec.consumers.autoscale.replicas_for(snapshot.total())
+    else:  # no fresh lag: keep the replicas running, never scale on a guess
+        scale = spec.consumers.autoscale
+        replicas = min(scale.maximum, max(scale.minimum, int(run.status.get("replicas") or scale.minimum)))
 
     # -- identities ------------------------------------------------------------------------------
     settings = run.deps.settings
@@ -176,7 +182,9 @@ def _reconcile(run: RunContext) -> ReconcileResult:
     # -- plan ------------------------------------------------------------------------------------
     decision = decide(run, spec, snapshot, topics, view, observed, previous)
     if spec.dry_run:
-        write_status(run, spec, snapshot, view, decision, epoch=previous.epoch, replicas=replicas)
+        write_status(
+            run, spec, snapshot, view, decision, epoch=previous.epoch, replicas=replicas, degraded=degraded
+        )
         return ReconcileResult(
             epoch=previous.epoch, published=False, trigger=decision.trigger, status_written=True
         )
@@ -200,7 +208,15 @@ def _reconcile(run: RunContext) -> ReconcileResult:
         else None
     )
     written = write_status(
-        run, spec, snapshot, view, shown, epoch=now_plan.epoch, replicas=replicas, broker=broker
+        run,
+        spec,
+        snapshot,
+        view,
+        shown,
+        epoch=now_plan.epoch,
+        replicas=replicas,
+        broker=broker,
+        degraded=degraded,
     )
     return ReconcileResult(
         epoch=now_plan.epoch,
@@ -217,7 +233,7 @@ def _auth_config(run: RunContext, spec: PolicySpec) -> dict[str, str]:
     """The librdkafka properties of the auth Secret (for the operator's own lag reads)."""
     if not spec.kafka.auth_secret:
         return {}
-    secret = run.deps.client.get("v1", "Secret", run.policy.namespace, spec.kafka.auth_secret)
+    secret = run.deps.reader.get("v1", "Secret", run.policy.namespace, spec.kafka.auth_secret)
     if secret is None:
         fail(
             run,
@@ -256,9 +272,20 @@ def _broker_agreement(
     return agreement
 
 
+_LAG_WAIT_S = 1.0
+"""How long a run waits for the lag read it started before planning on what is known."""
+
+
 def _read_lag(
-    run: RunContext, spec: PolicySpec, client_config: Mapping[str, str], *, has_plan: bool
-) -> LagSnapshot:
+    run: RunContext,
+    spec: PolicySpec,
+    client_config: Mapping[str, str],
+    *,
+    previous: PublishedPlan,
+    has_plan: bool,
+) -> tuple[LagSnapshot, tuple[str, str] | None]:
+    """The lag to plan by and, when the newest read failed, the Degraded reason and message
+    (`controller.lagread`: the run never waits long on the source)."""
     context = SourceContext(
         bootstrap_servers=spec.kafka.bootstrap_servers,
         client_config={**spec.kafka.properties, **client_config},
@@ -266,22 +293,76 @@ def _read_lag(
         timeout_seconds=run.deps.settings.reconcile.lag_timeout_seconds,
         history=run.deps.history,
     )
-    try:
+
+    def read() -> LagSnapshot:
         source = build_lag_source(spec.lag_source.type, spec.lag_source.settings, context)
         try:
             return source.read(spec.group_id, list(spec.topics))
         finally:
             source.close()
-    except UnknownTopicError as e:
-        fail(run, "TopicNotFound", str(e), transient=True)
-    except LagAuthorizationError as e:
-        fail(run, "LagSourceUnauthorized", str(e), transient=True)
-    except LagSourceConfigError as e:
-        fail(run, "LagSourceInvalid", str(e), transient=False)
-    except LagSourceUnavailable as e:
-        fail(run, "LagSourceUnavailable", str(e), transient=True, degraded=has_plan)
-    except LagError as e:
-        fail(run, "LagSourceFailed", str(e), transient=True, degraded=has_plan)
+
+    take = run.memory.lag.take(
+        read, pool=run.deps.lag_pool, wait_s=_LAG_WAIT_S, on_late_result=run.memory.poke
+    )
+    known = take.snapshot if take.snapshot is not None and _covers(take.snapshot, spec.topics) else None
+    if take.error is None and known is not None:
+        return known, None
+    if take.error is None:  # the first read of this policy is still running
+        reason, problem = "LagPending", f"the first lag read has not answered within {_LAG_WAIT_S:g} s"
+    else:
+        reason, problem = _lag_reason(take.error), str(take.error)
+        if isinstance(take.error, LagSourceConfigError):
+            fail(run, reason, problem, transient=False)
+    fallback = known, f"the last lag read ({take.age_s or 0:.0f} s old)"
+    if known is None:
+        fallback = _counts_fallback(run, spec, context, previous)
+    snapshot, basis = fallback
+    if snapshot is None:
+        fail(run, reason, problem, transient=True, degraded=has_plan)
+    message = f"{problem}; planning on {basis}"
+    run.log.warning("%s: %s", reason, message)
+    return snapshot, (reason, message)
+
+
+def _covers(snapshot: LagSnapshot, topics: Sequence[str]) -> bool:
+    return all(topic in snapshot.lags for topic in topics)
+
+
+def _lag_reason(error: LagError) -> str:
+    if isinstance(error, UnknownTopicError):
+        return "TopicNotFound"
+    if isinstance(error, LagAuthorizationError):
+        return "LagSourceUnauthorized"
+    if isinstance(error, LagSourceConfigError):
+        return "LagSourceInvalid"
+    if isinstance(error, LagSourceUnavailable):
+        return "LagSourceUnavailable"
+    return "LagSourceFailed"
+
+
+def _counts_fallback(
+    run: RunContext, spec: PolicySpec, context: SourceContext, previous: PublishedPlan
+) -> tuple[LagSnapshot | None, str]:
+    """Partition counts without lag: from Kafka's metadata (unless the failed source is Kafka
+    itself), else from the published plan."""
+    if spec.lag_source.type != "kafka":
+        quick = replace(context, timeout_seconds=min(context.timeout_seconds, _METADATA_TIMEOUT_S))
+        try:
+            metadata = kafka_lag.from_spec({}, quick)
+            try:
+                counts = metadata.partition_counts(list(spec.topics))
+            finally:
+                metadata.close()
+            return zero_lag(spec.group_id, counts), "partition counts from Kafka's metadata"
+        except LagError as e:
+            run.log.info("no partition counts from Kafka either: %s", e)
+    from_plan = counts_from_plan(previous, list(spec.topics))
+    if from_plan is None:
+        return None, ""
+    return zero_lag(spec.group_id, from_plan), f"partition counts from plan epoch {previous.epoch}"
+
+
+_METADATA_TIMEOUT_S = 3.0
 
 
 def _handoff(  # noqa: PLR0917
@@ -362,13 +443,32 @@ def _publish(
     )
     if not result.changed and same_note:
         return result.published
+    leadership = run.deps.leadership
     desired = render_plan_configmap(
-        run.policy, result.published, generation=run.policy.generation, members=decision.members
+        run.policy,
+        result.published,
+        generation=run.policy.generation,
+        members=decision.members,
+        leader=None if leadership is None else leadership.identity,
+        term=None if leadership is None else leadership.term,
     )
-    apply(run.deps.client, desired, configmap, log=run.log)
+    _check_may_write_plan(run, configmap)
+    if result.changed:
+        _record_epoch(run, result.published.epoch)
+    apply(run.deps.client, desired, configmap, log=run.log, exclusive_create=True)
     if not result.changed:
         return result.published
     epoch = result.published.epoch
+    if result.resync is not None:
+        metrics.rebalances.labels(ns, name, "Resync").inc()
+        run.event(
+            "Warning",
+            "Resync",
+            f"epoch {epoch} keeps every replica to what it holds and grants nothing until all "
+            f"acknowledge it: {result.resync}",
+        )
+        run.log.warning("published resync plan epoch %d: %s", epoch, result.resync)
+        return result.published
     metrics.rebalances.labels(ns, name, decision.trigger or "Handoff").inc()
     metrics.moves.labels(ns, name).inc(decision.moves)
     before = "-" if decision.max_lag_before is None else f"{decision.max_lag_before:,.0f}"
@@ -385,14 +485,47 @@ def _publish(
     return result.published
 
 
+def _check_may_write_plan(run: RunContext, configmap: Mapping[str, Any] | None) -> None:
+    """Only the leader writes plans, and never over a plan of a newer term (it was deposed; the
+    write would be refused by compare-and-swap anyway if the new leader wrote after our read)."""
+    leadership = run.deps.leadership
+    if leadership is None:
+        return
+    metrics, ns, name = run.deps.metrics, run.policy.namespace, run.policy.name
+    if not leadership.still_leading():
+        raise ReconcileFailure("NotLeading", "not sure it still leads: the plan stays", transient=True)
+    if configmap_term(configmap) > leadership.term:
+        metrics.plan_writes_refused.labels(ns, name).inc()
+        raise ReconcileFailure(
+            "Deposed",
+            f"the plan was written in leader term {configmap_term(configmap)}, newer than ours "
+            f"({leadership.term}): the plan stays",
+            transient=True,
+        )
+
+
+def _record_epoch(run: RunContext, epoch: int) -> None:
+    """Record the epoch in status before the plan that carries it is written: whatever happens
+    to the ConfigMap afterwards (deleted, an older copy restored), the next epoch is higher than
+    any plan a replica may have applied, and the handoff resyncs (docs/design.md §7)."""
+    run.deps.client.patch(
+        f"{API_GROUP}/{API_VERSION}",
+        KIND,
+        run.policy.namespace,
+        run.policy.name,
+        {"status": {"epoch": epoch}},
+        subresource="status",
+    )
+
+
 def _apply_account(run: RunContext, view: IdentityView) -> None:
-    client, ns = run.deps.client, run.policy.namespace
+    client, reader, ns = run.deps.client, run.deps.reader, run.policy.namespace
     account = render_rbac.render_service_account(run.policy)
     identities = sorted(view.identities_by_ordinal.values())
     role = render_rbac.render_role(run.policy, [lease_name(run.policy.name, i) for i in identities])
     binding = render_rbac.render_role_binding(run.policy)
     for desired in (account, role, binding):
-        existing = client.get(desired["apiVersion"], desired["kind"], ns, desired["metadata"]["name"])
+        existing = reader.get(desired["apiVersion"], desired["kind"], ns, desired["metadata"]["name"])
         apply(client, desired, existing, log=run.log)
 
 

@@ -34,9 +34,11 @@ def write_status(
     epoch: int,
     replicas: int,
     broker: BrokerAgreement | None = None,
+    degraded: tuple[str, str] | None = None,
 ) -> bool:
     """`broker`: with delivery native, how Kafka's actual assignment compares with the
-    prediction; it decides PlanApplied (the replicas follow Kafka, not the plan)."""
+    prediction; it decides PlanApplied (the replicas follow Kafka, not the plan). `degraded`:
+    the reason and message when the run planned without fresh lag (Degraded=True)."""
     lag_of = {tp: snapshot.lags[tp.topic][tp.partition] for tp in all_partitions(snapshot)}
     shown = decision.shown
     members = []
@@ -88,7 +90,9 @@ def write_status(
             {True: "BrokerMatches", False: "BrokerDiffers", None: "BrokerNotCompared"}[broker.matches],
             broker.message,
         ),
-        Condition("Degraded", False, "AsExpected", ""),
+        Condition("Degraded", False, "AsExpected", "")
+        if degraded is None
+        else Condition("Degraded", True, degraded[0], degraded[1]),
     ]
     merged = merge_conditions(
         run.status.get("conditions"), conditions, generation=run.policy.generation, now=iso(run.now)

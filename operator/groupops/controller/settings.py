@@ -10,7 +10,14 @@ from dataclasses import dataclass, field
 
 from groupops.planner.handoff import DEFAULT_LEASE_DURATION_S
 
-__all__ = ["ConsumerSettings", "NetworkSettings", "ReconcileSettings", "Settings", "WatchSettings"]
+__all__ = [
+    "ConsumerSettings",
+    "ElectionSettings",
+    "NetworkSettings",
+    "ReconcileSettings",
+    "Settings",
+    "WatchSettings",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,6 +99,30 @@ class NetworkSettings:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ElectionSettings:
+    """namespace/name: where the election Lease lives. identity: this replica (its pod name).
+    lease_seconds: how long a silent leader keeps the Lease, and so how long a takeover waits
+    after a leader dies (5 s: a standby leads about 5-6 s after the leader's node or process is
+    lost; client-go's default is 15 s). renew_deadline_seconds: a leader that could not renew for
+    this long stops acting (must be below lease_seconds, with margin for clock-rate drift).
+    retry_seconds: renewal and campaign period (one small Lease write per period)."""
+
+    namespace: str
+    name: str = "groupops-operator"
+    identity: str
+    lease_seconds: float = 5.0
+    renew_deadline_seconds: float = 3.5
+    retry_seconds: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.retry_seconds < self.renew_deadline_seconds < self.lease_seconds:
+            raise ValueError(
+                "leader election needs 0 < retry < renew deadline < lease duration, got "
+                f"{self.retry_seconds}, {self.renew_deadline_seconds}, {self.lease_seconds}"
+            )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
     """history_topic: append every `kafka` lag read (one row per partition) to this topic on the
     cluster read, the Spark pipeline's input; None appends nothing."""
@@ -101,3 +132,5 @@ class Settings:
     consumer: ConsumerSettings = field(default_factory=ConsumerSettings)
     network: NetworkSettings = field(default_factory=NetworkSettings)
     history_topic: str | None = None
+    election: ElectionSettings | None = None
+    """None: no election (one operator by construction, e.g. a developer's run)."""

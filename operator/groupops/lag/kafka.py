@@ -316,6 +316,13 @@ class KafkaLagSource:
             )
         return offsets.snapshot(self.settings.auto_offset_reset)
 
+    def partition_counts(self, topics: Sequence[str]) -> dict[str, int]:
+        """Each topic's partition count from the cluster's metadata (UnknownTopicError for a
+        topic that does not exist): what the operator plans by when the lag source is down."""
+        deadline = _Deadline(self.settings.timeout_s, self.settings.bootstrap_servers)
+        counts, _ = self._describe_topics(list(topics), deadline)
+        return counts
+
     def read_group(self, group_id: str, topics: Sequence[str]) -> GroupOffsets:
         """The raw offsets behind `read`, plus whether the group exists and replica racks."""
         if not group_id:

@@ -139,6 +139,8 @@ class HandoffResult:
     changed: bool
     completed: tuple[Move, ...] = ()
     waiting: Mapping[TopicPartition, MemberId] = field(default_factory=dict)
+    resync: str | None = None
+    """Why the published plan is a resync plan (None: it is not one)."""
 
 
 def next_plan(
@@ -159,8 +161,10 @@ def next_plan(
     target_owner = _target_owners(target)
     new_epoch = 1 + max([epoch, *(max(s.acked(), s.void_through()) for s in states.values())])
     next_strategy = previous.plan.strategy if strategy is None else strategy
-    if lineage_broken(previous, states) is not None or barrier_pending(previous, states):
-        return _resync(previous, target, states, new_epoch=new_epoch, strategy=next_strategy)
+    broken = lineage_broken(previous, states)
+    if broken is not None or barrier_pending(previous, states):
+        reason = broken or f"waiting for every replica to acknowledge the resync plan {previous.barrier}"
+        return _resync(previous, target, states, new_epoch=new_epoch, strategy=next_strategy, reason=reason)
 
     # Rule 2: settle pending releases.
     releasing: dict[TopicPartition, Release] = {}
@@ -257,6 +261,7 @@ def _resync(
     *,
     new_epoch: int,
     strategy: str,
+    reason: str,
 ) -> HandoffResult:
     """The resync plan (see the module docstring): every identity keeps only what it reports
     holding and its target still gives it; nothing releasing; a barrier at its own epoch."""
@@ -290,12 +295,12 @@ def _resync(
         and lineage_broken(previous, states) is None
     )
     if unchanged:
-        return HandoffResult(published=previous, changed=False, waiting=waiting)
+        return HandoffResult(published=previous, changed=False, waiting=waiting, resync=reason)
     published = PublishedPlan(
         plan=Plan(epoch=new_epoch, strategy=strategy, assignment=sets), releasing={}, barrier=new_epoch
     )
     _check(published)
-    return HandoffResult(published=published, changed=True, waiting=waiting)
+    return HandoffResult(published=published, changed=True, waiting=waiting, resync=reason)
 
 
 def predicted_plan(

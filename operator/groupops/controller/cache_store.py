@@ -1,0 +1,234 @@
+"""What a watch cache holds, and the rule that keeps the operator's own writes visible: pure.
+
+Stage: controller, no I/O, no clock, no lock. Used by `cache.WatchCache` (which serialises the
+calls and passes the time); unit-tested on its own (tests/unit/controller/test_cache_store.py).
+
+Read-your-writes and resourceVersions. The API promises that resourceVersions are opaque: two can
+be compared for equality only, never for order. What it does promise is order in time: one watch
+delivers an object's changes in the order they happened, and a LIST without a resourceVersion is
+a consistent read, as new as every write that returned before it began. So a write the operator
+notes (`note_written` with the server's answer, or `note_deleted`) shows at once and *holds* its
+object:
+
+1. A note whose resourceVersion the stream has already delivered for that object is late (the
+   store holds that version or a newer one) and is ignored; likewise a deletion whose DELETED
+   event already came. (The last `SEEN_HISTORY` versions delivered are remembered.) So is a
+   note about a name the store shows nothing of, when the write leaves it outside the filter or
+   deletes it: there is nothing to hide, and no event would ever release the hold.
+2. While a hold on version R stands, stream events of that object carrying another version
+   happened before R (the stream is ordered and has not reached R): they do not replace the
+   held object. The event carrying R releases the hold, and so does the object's DELETED event
+   (nothing of that uid comes after its deletion); a noted deletion, its DELETED event.
+3. A relist that began after the note replaces the held object (it is at least as new); one that
+   began before the note leaves it held.
+4. A hold lasts at most `HOLD_LIMIT_S`: should the releasing event never come (a history too
+   short for rule 1, say), the next event replaces it.
+
+Worked example: a reconcile creates Lease L (answer "41", noted) and, in the same run, fences it
+(answer "57", noted: the hold is now on "57"). The watch, a few milliseconds behind, delivers
+ADDED "41": ignored, the store keeps "57", and the next reconcile fences nothing twice. Then "57":
+the hold is released. Then "60" (the consumer's first renewal): stored.
+
+Notes assume one writer per object at a time (the reconcile holds its policy's lock), so the
+last note of an object is its newest write.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["HOLD_LIMIT_S", "SEEN_HISTORY", "Key", "Selector", "VersionedStore", "key_of", "rv_of"]
+
+Key = tuple[str, str]
+"""(namespace, name); namespace "" for cluster-scoped objects."""
+
+HOLD_LIMIT_S = 60.0
+"""Longest a noted write shadows the stream (rule 4): far beyond a watch's delivery delay
+(milliseconds), short enough that a lost release costs one minute of a stale view at worst."""
+
+SEEN_HISTORY = 4096
+"""(object, resourceVersion) pairs remembered per store for rule 1. A note is late by the time
+between the server's answer and the note (microseconds), so a short history is plenty."""
+
+_DELETED = "DELETED"
+
+
+@dataclass(frozen=True, slots=True)
+class Selector:
+    """A label selector of the forms the API takes in `labelSelector`, without set operators:
+    `k=v`, `k==v`, `k!=v`, `k` (present), `!k` (absent), joined by commas."""
+
+    terms: tuple[tuple[str, str, str], ...]
+
+    @classmethod
+    def parse(cls, text: str) -> Selector:
+        terms: list[tuple[str, str, str]] = []
+        for part in (p.strip() for p in text.split(",")):
+            if not part:
+                continue
+            if "!=" in part:
+                key, value = part.split("!=", 1)
+                terms.append((key.strip(), "!=", value.strip()))
+            elif "=" in part:
+                key, value = part.replace("==", "=", 1).split("=", 1)
+                terms.append((key.strip(), "=", value.strip()))
+            elif part.startswith("!"):
+                terms.append((part[1:].strip(), "absent", ""))
+            elif " " in part or "(" in part:
+                raise ValueError(f"label selector {text!r}: set operators are not supported ({part!r})")
+            else:
+                terms.append((part, "present", ""))
+        return cls(tuple(terms))
+
+    def matches(self, labels: Mapping[str, str] | None) -> bool:
+        labels = labels or {}
+        for key, operator, value in self.terms:
+            if operator == "=" and labels.get(key) != value:
+                return False
+            if operator == "!=" and labels.get(key) == value:
+                return False
+            if operator == "present" and key not in labels:
+                return False
+            if operator == "absent" and key in labels:
+                return False
+        return True
+
+
+def key_of(obj: Mapping[str, Any]) -> Key:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def rv_of(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _uid(obj: Mapping[str, Any]) -> str | None:
+    uid = (obj.get("metadata") or {}).get("uid")
+    return None if uid is None else str(uid)
+
+
+@dataclass(frozen=True, slots=True)
+class _Hold:
+    """A noted write waiting for the stream to deliver it: version `rv` (None: a deletion) of
+    the object `uid`; `seq` orders notes against relists; `at` is when it was noted."""
+
+    rv: str | None
+    uid: str | None
+    seq: int
+    at: float
+
+
+class VersionedStore:
+    """The objects of one cache under the rule of the module docstring; `now` in seconds."""
+
+    def __init__(self, *, history: int = SEEN_HISTORY, hold_limit: float = HOLD_LIMIT_S) -> None:
+        self.objects: dict[Key, dict[str, Any]] = {}
+        self._holds: dict[Key, _Hold] = {}
+        self._seen: OrderedDict[tuple[Key, str], None] = OrderedDict()
+        self._history = history
+        self._hold_limit = hold_limit
+        self._seq = 0
+
+    @property
+    def seq(self) -> int:
+        """Notes made so far: a relist records it when it begins (rule 3)."""
+        return self._seq
+
+    def held(self, key: Key) -> bool:
+        return key in self._holds
+
+    def event(self, event_type: str, obj: dict[str, Any], *, now: float) -> bool:
+        """Apply one watch event (ADDED, MODIFIED, DELETED; `obj` is kept, not copied). Returns
+        False when a hold kept it out (rule 2)."""
+        key, rv, uid = key_of(obj), rv_of(obj), _uid(obj)
+        self._saw(key, rv)
+        if event_type == _DELETED:
+            self._saw(key, f"deleted:{uid}")
+        hold = self._holds.get(key)
+        if hold is not None:
+            released = (
+                (hold.rv is not None and rv == hold.rv)
+                or (event_type == _DELETED and (hold.uid is None or uid == hold.uid))
+                or now - hold.at > self._hold_limit
+            )
+            if not released:
+                return False
+            del self._holds[key]
+        if event_type == _DELETED:
+            self.objects.pop(key, None)
+        else:
+            self.objects[key] = obj
+        return True
+
+    def note_written(self, obj: dict[str, Any], *, now: float, selected: bool = True) -> bool:
+        """A write's answer (kept, not copied). `selected`: the object passes the cache's filter
+        (one that no longer does is gone from the cache, as the watch will say with DELETED).
+        Returns False when the note was late (rule 1) or concerns nothing the cache shows (an
+        object outside its filter that it never held: the watch will never tell of it)."""
+        key, rv = key_of(obj), rv_of(obj)
+        if (key, rv) in self._seen:
+            return False
+        if not selected and key not in self.objects and key not in self._holds:
+            return False
+        self._seq += 1
+        if selected:
+            self.objects[key] = obj
+        else:
+            self.objects.pop(key, None)
+        self._holds[key] = _Hold(rv=rv, uid=_uid(obj), seq=self._seq, at=now)
+        return True
+
+    def note_deleted(self, key: Key, uid: str | None, *, now: float) -> bool:
+        """A deletion the operator made (`uid` of the deleted object, when known). Returns False
+        when the stream already told it (rule 1) or the cache shows nothing of that name (there
+        is nothing to hide, and a hold could wait for a DELETED event that never comes)."""
+        if uid is not None and (key, f"deleted:{uid}") in self._seen:
+            return False
+        current = self.objects.get(key)
+        if current is None and key not in self._holds:
+            return False
+        if current is not None and uid is not None and _uid(current) != uid:
+            return False  # the cache already holds a newer object of that name
+        self._seq += 1
+        self.objects.pop(key, None)
+        self._holds[key] = _Hold(rv=None, uid=uid, seq=self._seq, at=now)
+        return True
+
+    def relist(
+        self, namespace: str | None, items: Iterable[dict[str, Any]], *, began: int
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """Replace the objects of `namespace` (None: all) by a LIST's `items` (kept, not copied),
+        which began when `seq` was `began`; returns the differences as events (rule 3)."""
+        fresh = {key_of(item): item for item in items}
+        for key, item in fresh.items():
+            self._saw(key, rv_of(item))
+        scope = {key for key in self.objects if namespace is None or key[0] == namespace}
+        events: list[tuple[str, dict[str, Any]]] = []
+        for key in sorted(scope | fresh.keys()):
+            hold = self._holds.get(key)
+            if hold is not None:
+                if hold.seq > began:
+                    continue  # noted while the LIST ran: the note may be newer than the list
+                del self._holds[key]
+            old, new = self.objects.get(key), fresh.get(key)
+            if new is None:
+                if old is not None:
+                    del self.objects[key]
+                    events.append((_DELETED, old))
+                continue
+            self.objects[key] = new
+            if old is None:
+                events.append(("ADDED", new))
+            elif rv_of(old) != rv_of(new):
+                events.append(("MODIFIED", new))
+        return events
+
+    def _saw(self, key: Key, version: str) -> None:
+        self._seen[(key, version)] = None
+        self._seen.move_to_end((key, version))
+        while len(self._seen) > self._history:
+            self._seen.popitem(last=False)

@@ -1,0 +1,241 @@
+"""Leader election for the operator: one coordination Lease, one leader, a standby that takes over.
+
+Who calls it: `controller.main.run_operator`, before anything reconciles. Every replica of the
+operator (the chart runs two) campaigns for the Lease `<name>` in its namespace; the one holding
+it runs kopf, the others wait. The rules are client-go's leader election (docs/design.md §8):
+
+- A candidate takes the Lease when nobody holds it, or when it has seen the Lease unchanged (same
+  resourceVersion) for `lease_seconds` by its *own* monotonic clock: no wall clocks are compared,
+  so skew between nodes does not matter, only how fast their clocks run.
+- Every take and every renewal is a compare-and-swap on the resourceVersion it read, so two
+  candidates never both win; a take from another holder increments `leaseTransitions`, which
+  is the leader's *term*: strictly increasing across leaders, recorded with every plan it
+  publishes (`controller.render_plan`), so a deposed leader's late write can be recognised.
+- The leader renews every `retry_seconds`. It counts as leading only until `renew_deadline_seconds`
+  after the *send* time of its last successful renewal (`still_leading`), which ends before any
+  candidate can judge the Lease expired (`renew_deadline_seconds < lease_seconds`). When that
+  passes, or a renewal finds another holder, leadership is lost: `on_lost` runs (the operator
+  exits at once, as client-go's callers do, and its pod restarts as a standby).
+
+Errors: API failures while campaigning are logged with their attempt number and retried; they
+never end the process. Stepping down on SIGTERM clears the holder so the standby takes over
+without waiting out the Lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from groupops.controller.kube import AlreadyExists, Conflict, KubeClient, KubeError, NotFound
+from groupops.controller.settings import ElectionSettings
+
+__all__ = ["LeaderElector", "LeadershipLost"]
+
+log = logging.getLogger(__name__)
+
+_API = "coordination.k8s.io/v1"
+
+
+class LeadershipLost(Exception):
+    """This operator no longer leads: another holder took the Lease, or it could not renew."""
+
+
+def _micro_time(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaderElector:
+    """Campaign (`acquire`), then keep the Lease (`start_renewing`) until `release` or loss."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        settings: ElectionSettings,
+        *,
+        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._client = client
+        self._settings = settings
+        self._wall_clock = wall_clock
+        self._seen: tuple[str, float] | None = None
+        self._valid_until = 0.0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.term = 0
+
+    @property
+    def identity(self) -> str:
+        return self._settings.identity
+
+    def still_leading(self) -> bool:
+        with self._lock:
+            return time.monotonic() < self._valid_until
+
+    def acquire(self, stop: threading.Event) -> bool:
+        """Block until this replica leads (True) or `stop` is set (False)."""
+        attempt = 0
+        announced = False
+        while not stop.is_set():
+            attempt += 1
+            try:
+                if self._try_take():
+                    log.info(
+                        "leading as %s (term %d, Lease %s/%s)",
+                        self.identity,
+                        self.term,
+                        self._settings.namespace,
+                        self._settings.name,
+                    )
+                    return True
+                if not announced:
+                    log.info("standing by: %s leads", self._holder_seen or "someone else")
+                    announced = True
+            except KubeError as e:
+                log.warning("leader election attempt %d failed: %s", attempt, e)
+            stop.wait(self._settings.retry_seconds)
+        return False
+
+    def start_renewing(self, on_lost: Callable[[str], None]) -> None:
+        """Renew in a daemon thread; call `on_lost(reason)` once when leadership ends."""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew_loop, args=(on_lost,), name="leader", daemon=True)
+        self._thread.start()
+
+    def halt(self) -> None:
+        """Stop renewing without stepping down, as a crashed or frozen leader would."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def release(self) -> None:
+        """Step down (on shutdown): clear the holder so a standby takes over at once."""
+        self._stop.set()
+        with self._lock:
+            self._valid_until = 0.0
+        try:
+            lease = self._client.get(_API, "Lease", self._settings.namespace, self._settings.name)
+            if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
+                return
+            spec = dict(lease.get("spec") or {})
+            spec["holderIdentity"] = ""
+            self._client.replace({**lease, "spec": spec})
+            log.info("stepped down as leader (term %d)", self.term)
+        except KubeError as e:
+            log.warning("could not step down cleanly (the standby waits out the Lease): %s", e)
+
+    # -- internals --------------------------------------------------------------------------------
+
+    _holder_seen: str | None = None
+
+    def _try_take(self) -> bool:
+        settings = self._settings
+        sent = time.monotonic()
+        lease = self._client.get(_API, "Lease", settings.namespace, settings.name)
+        now_wall = _micro_time(self._wall_clock())
+        if lease is None:
+            body = {
+                "apiVersion": _API,
+                "kind": "Lease",
+                "metadata": {"name": settings.name, "namespace": settings.namespace},
+                "spec": {
+                    "holderIdentity": self.identity,
+                    "leaseDurationSeconds": max(1, round(settings.lease_seconds)),
+                    "acquireTime": now_wall,
+                    "renewTime": now_wall,
+                    "leaseTransitions": 0,
+                },
+            }
+            try:
+                created = self._client.create(body)
+            except AlreadyExists:
+                return False
+            self._won(term=0, sent=sent, lease=created)
+            return True
+        spec = lease.get("spec") or {}
+        holder = str(spec.get("holderIdentity") or "")
+        self._holder_seen = holder or None
+        version = str(lease["metadata"]["resourceVersion"])
+        if holder and holder != self.identity:
+            if self._seen is None or self._seen[0] != version:
+                self._seen = (version, sent)
+                return False
+            if sent - self._seen[1] < settings.lease_seconds:
+                return False
+        transitions = int(spec.get("leaseTransitions") or 0)
+        term = transitions if holder == self.identity else transitions + 1
+        new_spec = {
+            **spec,
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": max(1, round(settings.lease_seconds)),
+            "renewTime": now_wall,
+            "leaseTransitions": term,
+        }
+        if holder != self.identity:
+            new_spec["acquireTime"] = now_wall
+        try:
+            taken = self._client.replace({**lease, "spec": new_spec})
+        except (Conflict, NotFound):
+            self._seen = None
+            return False
+        self._won(term=term, sent=sent, lease=taken)
+        return True
+
+    def _won(self, *, term: int, sent: float, lease: dict[str, Any]) -> None:
+        self.term = term
+        self._lease = lease
+        with self._lock:
+            self._valid_until = sent + self._settings.renew_deadline_seconds
+
+    _lease: dict[str, Any] | None = None
+
+    def _renew_once(self) -> None:
+        """One renewal (one write, compare-and-swap on the Lease last written); raises
+        LeadershipLost when another holder has the Lease."""
+        settings = self._settings
+        sent = time.monotonic()
+        lease = self._lease
+        if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
+            lease = self._client.get(_API, "Lease", settings.namespace, settings.name)
+            if lease is None:
+                raise LeadershipLost("the election Lease was deleted")
+        spec = lease.get("spec") or {}
+        if spec.get("holderIdentity") != self.identity or int(spec.get("leaseTransitions") or 0) != self.term:
+            raise LeadershipLost(f"the election Lease is held by {spec.get('holderIdentity')!r} now")
+        renewed: dict[str, Any] = {**lease, "spec": {**spec, "renewTime": _micro_time(self._wall_clock())}}
+        try:
+            self._lease = self._client.replace(renewed)
+        except Conflict:
+            self._lease = None  # someone else wrote it: who holds it now?
+            current = self._client.get(_API, "Lease", settings.namespace, settings.name)
+            holder = ((current or {}).get("spec") or {}).get("holderIdentity")
+            if holder != self.identity:
+                raise LeadershipLost(f"the election Lease is held by {holder!r} now") from None
+            raise
+        except NotFound as e:
+            raise LeadershipLost("the election Lease was deleted") from e
+        with self._lock:
+            self._valid_until = sent + settings.renew_deadline_seconds
+
+    def _renew_loop(self, on_lost: Callable[[str], None]) -> None:
+        attempt = 0
+        while not self._stop.wait(self._settings.retry_seconds):
+            try:
+                self._renew_once()
+                attempt = 0
+            except LeadershipLost as e:
+                with self._lock:
+                    self._valid_until = 0.0
+                on_lost(str(e))
+                return
+            except KubeError as e:
+                attempt += 1
+                log.warning("leader renewal attempt %d failed: %s", attempt, e)
+            if not self._stop.is_set() and not self.still_leading():
+                on_lost(f"no renewal succeeded within {self._settings.renew_deadline_seconds:g}s")
+                return

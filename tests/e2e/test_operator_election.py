@@ -1,0 +1,243 @@
+"""Two operators on one namespace, the whole stack running (real API server, broker, consumer
+processes): one leads at a time, a SIGKILLed leader is replaced within the election Lease's
+duration, and whatever happens to the plan ConfigMap (deleted, an older plan restored, edited by
+hand) while both run, no partition is ever consumed by two replicas, nothing is lost and the
+epoch the consumers follow only goes forward.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from groupops.planner.wire import plan_configmap_name
+from tests.e2e.consumer_e2e import PolicyStack, StackFactory
+from tests.e2e.operator_support import OperatorProcess
+from tests.e2e.runtime_support import SteadyProducer
+from tests.e2e.test_failover import first_processed_by
+from tests.e2e.waiting import wait_for
+
+pytestmark = pytest.mark.e2e
+
+PARTITIONS = 6
+ELECTION_LEASE_S = 5.0
+"""The operator's default --leader-lease-seconds."""
+TAKEOVER_ALLOWANCE_S = 3.0
+"""What a loaded 2-core machine may add to lease + 1 s (process scheduling, API latency)."""
+ELECTION_LEASE = "groupops-operator"
+
+
+def holder(stack: PolicyStack) -> str | None:
+    lease = stack.api.get("Lease", stack.namespace, ELECTION_LEASE)
+    return None if lease is None else (lease.get("spec") or {}).get("holderIdentity") or None
+
+
+class EpochWatch:
+    """Samples the plan ConfigMap's epoch every 50 ms; `regressions` lists every decrease that was
+    not one of our own writes (`expect_write` marks those)."""
+
+    def __init__(self, stack: PolicyStack) -> None:
+        self._stack = stack
+        self.highest = 0
+        self.regressions: list[tuple[int, int]] = []
+        self._ours: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> EpochWatch:
+        self._thread.start()
+        return self
+
+    def expect_write(self, resource_version: str) -> None:
+        self._ours.add(resource_version)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            configmap = self._stack.api.get("ConfigMap", self._stack.namespace, plan_configmap_name("orders"))
+            if configmap is None or configmap["metadata"]["resourceVersion"] in self._ours:
+                continue
+            epoch = int((configmap.get("data") or {}).get("epoch", "0"))
+            if epoch < self.highest:
+                self.regressions.append((self.highest, epoch))
+            self.highest = max(self.highest, epoch)
+
+
+def rewrite_plan(
+    stack: PolicyStack, watch: EpochWatch, data: dict[str, str], annotations: dict[str, str]
+) -> None:
+    """Replace the plan ConfigMap's content by hand (as `kubectl edit` or a restore would)."""
+    name = plan_configmap_name(stack.name)
+    current = stack.api.get("ConfigMap", stack.namespace, name)
+    assert current is not None
+    current["data"] = data
+    current["metadata"]["annotations"] = annotations
+    written = stack.api.replace("ConfigMap", stack.namespace, current)
+    watch.expect_write(written["metadata"]["resourceVersion"])
+
+
+def test_two_operators_lead_one_at_a_time_and_never_let_two_replicas_own_a_partition(
+    new_stack: StackFactory, tmp_path: Path
+) -> None:
+    with new_stack(partitions=PARTITIONS) as s:
+        first = s.operator
+        second = OperatorProcess(
+            kubeconfig=s.api.kubeconfig,
+            namespace=s.namespace,
+            log_path=tmp_path / "operator-2.log",
+            extra=["--lease-duration", str(s.lease_seconds)],
+        )
+        second.start()  # both campaign at once
+        try:
+            _run_scenario(s, first, second)
+        finally:
+            second.stop()
+            print(f"--- second operator ---\n{second.log_tail(40)}")
+
+
+def _run_scenario(s: PolicyStack, first: OperatorProcess, second: OperatorProcess) -> None:
+    s.apply(
+        strategy={"type": "range", "autoOffsetReset": "earliest"},
+        lagSource={"type": "static", "static": {"lags": {s.topic: [1] * PARTITIONS}}},
+        consumers={"replicas": 3},
+    )
+    identities = [s.identity(i) for i in range(3)]
+    wait_for(
+        "3 replicas on the first plan",
+        lambda: s.settled(identities),
+        240,
+        interval=0.5,
+        explain=s.diagnostics,
+    )
+    wait_for("one leader", lambda: first.leads() != second.leads(), 30, interval=0.2)
+    assert holder(s) is not None
+    leader, standby = (first, second) if first.leads() else (second, first)
+    assert "standing by" in standby.log_path.read_text(errors="replace")
+    original = s.api.get("ConfigMap", s.namespace, plan_configmap_name(s.name))
+    assert original is not None
+    watch = EpochWatch(s).start()
+    producer = SteadyProducer(s.bootstrap, s.topic, PARTITIONS, total=6_000, rate=150).start()
+    try:
+        time.sleep(4)
+        # The leader dies: the standby leads within the election Lease's duration.
+        deposed = holder(s)
+        killed_at = time.monotonic()
+        leader.kill()
+        wait_for("the standby to lead", lambda: holder(s) not in (None, deposed), 30, interval=0.05)
+        takeover = time.monotonic() - killed_at
+        print(f"takeover after {takeover:.2f} s (election Lease {ELECTION_LEASE_S:g} s)")
+        assert takeover <= ELECTION_LEASE_S + 1 + TAKEOVER_ALLOWANCE_S
+        wait_for("the new leader to run", standby.leads, 30, interval=0.2)
+        leader.start()  # back as the standby: two operators again
+        time.sleep(3)
+
+        # The plan ConfigMap deleted under both.
+        before = watch.highest
+        s.api.delete("ConfigMap", s.namespace, plan_configmap_name(s.name))
+        wait_for(
+            "a new plan above the deleted one",
+            lambda: (p := s.plan()) is not None and p.epoch > before and s.settled(identities),
+            120,
+            interval=0.2,
+            explain=s.diagnostics,
+        )
+
+        # An older plan restored by hand.
+        before = watch.highest
+        rewrite_plan(s, watch, dict(original["data"]), dict(original["metadata"]["annotations"]))
+        wait_for(
+            "a plan above the restored one",
+            lambda: (p := s.plan()) is not None and p.epoch > before and s.settled(identities),
+            120,
+            interval=0.2,
+            explain=s.diagnostics,
+        )
+
+        # A hand edit at the same epoch that gives every partition to one replica.
+        current = s.api.get("ConfigMap", s.namespace, plan_configmap_name(s.name))
+        assert current is not None
+        everything = sorted(
+            (
+                tp
+                for key, value in current["data"].items()
+                if key not in {"epoch", "strategy"}
+                for tp in json.loads(value)
+            )
+        )
+        edited = {**current["data"], **{i: "[]" for i in identities}, identities[2]: json.dumps(everything)}
+        before = watch.highest
+        rewrite_plan(s, watch, edited, dict(current["metadata"]["annotations"]))
+        wait_for(
+            "a plan above the edited one",
+            lambda: (p := s.plan()) is not None and p.epoch > before and s.settled(identities),
+            120,
+            interval=0.2,
+            explain=s.diagnostics,
+        )
+        report = s.wait_processed(producer.wait().acked)
+    finally:
+        watch.stop()
+    print(report.summary())
+    assert not report.overlaps, f"{report.summary()}\n{s.diagnostics()}"
+    assert not report.unexplained, report.summary()
+    assert watch.regressions == [], f"the epoch went back: {watch.regressions}"
+    assert sum(1 for o in (first, second) if o.alive()) == 2
+
+
+TOGETHER_BOUND_S = 10.0
+"""A standby replica consumes within this long when the leading operator and the active replica
+die together (the election Lease, then the standby operator's own sightings of the dead
+replica's Lease while it stood by)."""
+
+
+def test_the_leader_and_the_active_replica_dying_together_fail_over_within_ten_seconds(
+    new_stack: StackFactory, tmp_path: Path
+) -> None:
+    with new_stack(partitions=PARTITIONS, lease_seconds=None, operator_tick=None) as s:
+        second = OperatorProcess(
+            kubeconfig=s.api.kubeconfig,
+            namespace=s.namespace,
+            log_path=tmp_path / "operator-2.log",
+            tick=None,
+        )
+        second.start()
+        try:
+            active, standby = s.identity(0), s.identity(1)
+            s.apply(
+                strategy={"type": "failover", "failback": False, "autoOffsetReset": "earliest"},
+                lagSource={"type": "static", "static": {"lags": {s.topic: [1] * PARTITIONS}}},
+                consumers={"replicas": 2, "priorities": {active: 20, standby: 10}},
+            )
+            wait_for(
+                "the active owning everything, the standby acknowledging",
+                lambda: s.owner_of_everything() == active and s.settled([active, standby]),
+                240,
+                interval=0.5,
+                explain=s.diagnostics,
+            )
+            wait_for("one leader", lambda: s.operator.leads() != second.leads(), 30, interval=0.2)
+            leader = s.operator if s.operator.leads() else second
+            producer = SteadyProducer(s.bootstrap, s.topic, PARTITIONS, total=4000, rate=250).start()
+            wait_for("the active consuming", lambda: first_processed_by(s, active, 0.0), 60, interval=0.5)
+            time.sleep(2.0)
+
+            killed_at = time.time()
+            leader.kill()
+            s.kubelet.crash(s.pod(0))
+            first = wait_for("the standby consuming", lambda: first_processed_by(s, standby, killed_at), 60)
+            took = first - killed_at
+            print(f"\nleader and active replica killed together -> standby consuming: {took:.2f} s")
+            assert took <= TOGETHER_BOUND_S + TAKEOVER_ALLOWANCE_S
+            report = s.wait_processed(producer.wait().acked)
+            assert report.overlaps == []
+            assert report.unexplained == []
+        finally:
+            second.stop()
+            print(f"--- second operator ---\n{second.log_tail(30)}")

@@ -1,0 +1,118 @@
+"""Leader election on the real API server: one leader at a time; a standby takes over only once
+the leader's Lease went unrenewed for its duration (by the standby's own clock), in a newer term;
+the deposed leader learns it at its next renewal; a leader that steps down is replaced at once."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+
+from groupops.controller.kube import KubeClient
+from groupops.controller.leader import LeaderElector
+from groupops.controller.settings import ElectionSettings
+from tests.e2e.kube_api import KubeApi
+from tests.e2e.waiting import wait_for
+
+pytestmark = pytest.mark.integration
+
+LEASE_S = 2.0
+RETRY_S = 0.25
+
+
+@pytest.fixture
+def client(kube_config: str) -> KubeClient:
+    configuration = k8s_client.Configuration()
+    k8s_config.load_kube_config(config_file=kube_config, client_configuration=configuration)  # type: ignore[no-untyped-call]
+    return KubeClient(k8s_client.ApiClient(configuration))
+
+
+@pytest.fixture
+def namespace(kube_config: str, unique_name: object) -> Iterator[str]:
+    api = KubeApi(kube_config)
+    name = unique_name("election")  # type: ignore[operator]
+    api.create("Namespace", None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    yield name
+    api.delete("Namespace", None, name)
+    api.close()
+
+
+def elector(client: KubeClient, namespace: str, identity: str) -> LeaderElector:
+    return LeaderElector(
+        client,
+        ElectionSettings(
+            namespace=namespace,
+            identity=identity,
+            lease_seconds=LEASE_S,
+            renew_deadline_seconds=LEASE_S * 0.7,
+            retry_seconds=RETRY_S,
+        ),
+    )
+
+
+class Campaign:
+    """`elector.acquire` in a thread; `won_at` is the monotonic moment it returned True."""
+
+    def __init__(self, candidate: LeaderElector) -> None:
+        self.stop = threading.Event()
+        self.won_at: float | None = None
+        self._thread = threading.Thread(target=self._run, args=(candidate,), daemon=True)
+        self._thread.start()
+
+    def _run(self, candidate: LeaderElector) -> None:
+        if candidate.acquire(self.stop):
+            self.won_at = time.monotonic()
+
+    def end(self) -> None:
+        self.stop.set()
+        self._thread.join(timeout=10)
+
+
+def test_one_leader_then_a_takeover_in_a_newer_term_after_the_lease_runs_out(
+    client: KubeClient, namespace: str
+) -> None:
+    first, second = elector(client, namespace, "first"), elector(client, namespace, "second")
+    assert first.acquire(threading.Event())
+    lost: list[str] = []
+    first.start_renewing(lost.append)
+    campaign = Campaign(second)
+    try:
+        time.sleep(3 * LEASE_S)
+        assert campaign.won_at is None, "the standby took a Lease that was being renewed"
+        assert first.still_leading() and not lost
+
+        first.halt()  # renewals stop, as when the leader's process or node dies
+        halted_at = time.monotonic()
+        wait_for("the standby to lead", lambda: campaign.won_at is not None, 10 * LEASE_S, interval=0.05)
+        assert campaign.won_at is not None
+        waited = campaign.won_at - halted_at
+        assert waited >= LEASE_S - RETRY_S, f"took over after {waited:.2f} s, before the Lease ran out"
+        assert second.term == first.term + 1
+        assert not first.still_leading(), "a halted leader must stop counting itself leader"
+
+        first.start_renewing(lost.append)  # the deposed leader's late renewal
+        wait_for("the deposed leader to learn it", lambda: lost, 5 * LEASE_S, interval=0.05)
+        assert "second" in lost[0]
+    finally:
+        campaign.end()
+
+
+def test_a_leader_that_steps_down_is_replaced_at_once(client: KubeClient, namespace: str) -> None:
+    leader, standby = elector(client, namespace, "leader"), elector(client, namespace, "standby")
+    assert leader.acquire(threading.Event())
+    leader.start_renewing(lambda _: None)
+    campaign = Campaign(standby)
+    try:
+        time.sleep(LEASE_S)
+        stepped_down_at = time.monotonic()
+        leader.release()
+        wait_for("the standby to lead", lambda: campaign.won_at is not None, 10 * LEASE_S, interval=0.05)
+        assert campaign.won_at is not None
+        assert campaign.won_at - stepped_down_at < LEASE_S, "a clean step-down must not wait out the Lease"
+        assert standby.term == leader.term + 1
+    finally:
+        campaign.end()

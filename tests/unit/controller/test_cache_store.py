@@ -1,0 +1,206 @@
+"""The watch caches' store: the resourceVersion rule (a noted write is visible at once and no
+older watch event brings an older version back), relist differences, and label selectors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from groupops.controller.cache_store import HOLD_LIMIT_S, Selector, VersionedStore
+
+NS = "ns"
+
+
+def lease(rv: str, *, name: str = "l", uid: str = "u1", holder: str = "") -> dict[str, Any]:
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": name, "namespace": NS, "resourceVersion": rv, "uid": uid},
+        "spec": {"holderIdentity": holder},
+    }
+
+
+def held_rv(store: VersionedStore, name: str = "l") -> str | None:
+    obj = store.objects.get((NS, name))
+    return None if obj is None else str(obj["metadata"]["resourceVersion"])
+
+
+def test_a_noted_write_is_visible_at_once_and_older_events_do_not_replace_it() -> None:
+    store = VersionedStore()
+    store.event("ADDED", lease("41"), now=0)
+    assert store.note_written(lease("57", holder="fenced"), now=1)
+    assert held_rv(store) == "57"
+
+    assert not store.event("MODIFIED", lease("44"), now=1.1), "an event from before the write"
+    assert held_rv(store) == "57"
+
+    assert store.event("MODIFIED", lease("57", holder="fenced"), now=1.2), "the write itself"
+    assert not store.held((NS, "l"))
+    assert store.event("MODIFIED", lease("60"), now=1.3), "after the write: newer"
+    assert held_rv(store) == "60"
+
+
+def test_a_note_that_comes_after_the_watch_delivered_its_version_is_ignored() -> None:
+    store = VersionedStore()
+    store.event("MODIFIED", lease("57"), now=0)
+    store.event("MODIFIED", lease("60"), now=0)
+    assert not store.note_written(lease("57"), now=1)
+    assert held_rv(store) == "60"
+    assert not store.held((NS, "l"))
+
+
+def test_a_write_that_changed_nothing_holds_nothing() -> None:
+    store = VersionedStore()
+    store.event("ADDED", lease("41"), now=0)
+    assert not store.note_written(lease("41"), now=1), "same resourceVersion: no event will come"
+    assert store.event("MODIFIED", lease("42"), now=2)
+    assert held_rv(store) == "42"
+
+
+def test_successive_notes_hold_until_the_last_one_arrives() -> None:
+    store = VersionedStore()
+    store.note_written(lease("10"), now=0)
+    store.note_written(lease("11"), now=0)
+    assert not store.event("ADDED", lease("10"), now=0.1)
+    assert held_rv(store) == "11"
+    assert store.event("MODIFIED", lease("11"), now=0.2)
+    assert not store.held((NS, "l"))
+
+
+def test_a_noted_deletion_hides_the_object_until_its_deleted_event() -> None:
+    store = VersionedStore()
+    store.event("ADDED", lease("41"), now=0)
+    assert store.note_deleted((NS, "l"), "u1", now=1)
+    assert held_rv(store) is None
+    assert not store.event("MODIFIED", lease("44"), now=1.1), "a renewal from before the delete"
+    assert held_rv(store) is None
+    assert store.event("DELETED", lease("45"), now=1.2)
+    assert store.event("ADDED", lease("50", uid="u2"), now=1.3), "created again by its consumer"
+    assert held_rv(store) == "50"
+
+
+def test_a_deletion_noted_after_its_deleted_event_leaves_a_new_object_alone() -> None:
+    store = VersionedStore()
+    store.event("ADDED", lease("41"), now=0)
+    store.event("DELETED", lease("45"), now=0)
+    store.event("ADDED", lease("50", uid="u2"), now=0)
+    assert not store.note_deleted((NS, "l"), "u1", now=1)
+    assert held_rv(store) == "50"
+
+
+def test_the_deleted_event_of_a_held_object_releases_the_hold() -> None:
+    store = VersionedStore()
+    store.note_written(lease("57"), now=0)
+    assert store.event("DELETED", lease("58"), now=0.1), "nothing of that uid comes after it"
+    assert held_rv(store) is None
+    assert not store.held((NS, "l"))
+
+
+def test_a_deleted_event_of_an_older_object_of_the_same_name_does_not_release_the_hold() -> None:
+    store = VersionedStore()
+    store.note_written(lease("57", uid="new"), now=0)
+    assert not store.event("DELETED", lease("50", uid="old"), now=0.1)
+    assert held_rv(store) == "57"
+
+
+def test_a_hold_gives_way_to_the_stream_after_its_limit() -> None:
+    store = VersionedStore()
+    store.note_written(lease("57"), now=0)
+    assert not store.event("MODIFIED", lease("44"), now=HOLD_LIMIT_S - 1)
+    assert store.event("MODIFIED", lease("70"), now=HOLD_LIMIT_S + 1)
+    assert held_rv(store) == "70"
+
+
+def test_a_write_that_leaves_the_filter_is_gone_from_the_store() -> None:
+    store = VersionedStore()
+    store.event("ADDED", lease("41"), now=0)
+    store.note_written(lease("57"), now=1, selected=False)
+    assert held_rv(store) is None
+    assert not store.event("MODIFIED", lease("44"), now=1.1)
+    assert held_rv(store) is None
+
+
+def test_writes_and_deletions_of_objects_the_cache_never_showed_hold_nothing() -> None:
+    store = VersionedStore()
+    assert not store.note_written(lease("7", name="leader"), now=0, selected=False), "outside the filter"
+    assert not store.note_deleted((NS, "unknown"), "u9", now=0)
+    assert store.event("ADDED", lease("8", name="unknown", uid="u10"), now=1), "a later object of that name"
+    assert held_rv(store, "unknown") == "8"
+
+
+def test_a_relist_reports_what_changed_while_the_watch_was_away() -> None:
+    store = VersionedStore()
+    for obj in (lease("1", name="kept"), lease("2", name="changed"), lease("3", name="gone")):
+        store.event("ADDED", obj, now=0)
+    events = store.relist(
+        NS, [lease("1", name="kept"), lease("9", name="changed"), lease("8", name="new")], began=store.seq
+    )
+    assert [(kind, obj["metadata"]["name"]) for kind, obj in events] == [
+        ("MODIFIED", "changed"),
+        ("DELETED", "gone"),
+        ("ADDED", "new"),
+    ]
+    assert sorted(name for _, name in store.objects) == ["changed", "kept", "new"]
+
+
+def test_a_relist_leaves_other_namespaces_alone() -> None:
+    store = VersionedStore()
+    other = lease("5", name="x")
+    other["metadata"]["namespace"] = "other"
+    store.event("ADDED", other, now=0)
+    assert store.relist(NS, [], began=store.seq) == []
+    assert ("other", "x") in store.objects
+
+
+@pytest.mark.parametrize(
+    ("noted_during_the_list", "expected_rv"),
+    [
+        pytest.param(False, "55", id="noted before the list began: the list is newer"),
+        pytest.param(True, "57", id="noted while the list ran: the note stays"),
+    ],
+)
+def test_a_relist_replaces_a_hold_only_when_it_began_after_the_note(
+    noted_during_the_list: bool, expected_rv: str
+) -> None:
+    store = VersionedStore()
+    if not noted_during_the_list:
+        store.note_written(lease("57"), now=0)
+    began = store.seq
+    if noted_during_the_list:
+        store.note_written(lease("57"), now=0)
+    store.relist(NS, [lease("55")], began=began)
+    assert held_rv(store) == expected_rv
+
+
+def test_the_history_of_delivered_versions_is_bounded() -> None:
+    store = VersionedStore(history=2)
+    for rv in ("1", "2", "3"):
+        store.event("MODIFIED", lease(rv), now=0)
+    assert store.note_written(lease("1"), now=0), "forgotten: noted (the hold limit bounds the cost)"
+
+
+@pytest.mark.parametrize(
+    ("selector", "labels", "matches"),
+    [
+        pytest.param("a=1", {"a": "1"}, True, id="equal"),
+        pytest.param("a==1", {"a": "1"}, True, id="double equal"),
+        pytest.param("a=1", {"a": "2"}, False, id="other value"),
+        pytest.param("a!=1", {}, True, id="not equal, absent"),
+        pytest.param("a!=1", {"a": "1"}, False, id="not equal, equal"),
+        pytest.param("a", {"a": ""}, True, id="present"),
+        pytest.param("a", {"b": "1"}, False, id="present, missing"),
+        pytest.param("!a", {"b": "1"}, True, id="absent"),
+        pytest.param("a=1,b", {"a": "1"}, False, id="every term"),
+        pytest.param("", None, True, id="empty selects everything"),
+    ],
+)
+def test_label_selectors_match_as_the_api_server_does(
+    selector: str, labels: dict[str, str] | None, matches: bool
+) -> None:
+    assert Selector.parse(selector).matches(labels) is matches
+
+
+def test_set_based_selectors_are_refused_with_the_selector_named() -> None:
+    with pytest.raises(ValueError, match="env in"):
+        Selector.parse("env in (a,b)")
