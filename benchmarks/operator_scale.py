@@ -17,9 +17,11 @@ Per N (a fresh namespace and a fresh operator with its default tick, 5 s, alread
    status.epoch first reaches 1: plan latency = first plan - the POST's return;
 2. the operator's RSS (VmRSS of /proc/<pid>/status, sampled every second; VmHWM as the peak)
    when every policy has a plan and status, and after `--steady` seconds of steady state;
-3. in that steady window: operator CPU seconds (utime+stime of /proc/<pid>/stat) per minute,
+3. in that steady window: operator CPU seconds (utime+stime of /proc/<pid>/stat) per minute
+   and as % of one core,
    reconciles per second (the operator's groupops_reconcile_duration_seconds_count) and API
-   requests per second (apiserver_request_total of the API server's /metrics, every client);
+   requests per second (apiserver_request_total of the API server's /metrics, every client, per
+   verb and in total besides WATCH);
 4. a spec change on every policy (replicas 3 -> 4, one PATCH each): latency until the plan
    ConfigMap's epoch moves past the one it had.
 
@@ -356,8 +358,10 @@ class Run:
         return {
             "window_s": round(elapsed, 1),
             "cpu_s_per_min": round((cpu_after - cpu_before) * 60 / elapsed, 1),
+            "cpu_percent_of_one_core": round((cpu_after - cpu_before) * 100 / elapsed, 1),
             "reconciles_per_s": round((reconciles_after - reconciles_before) / elapsed, 1),
             "api_requests_per_s": per_verb,
+            "api_requests_per_s_besides_watch": round(per_verb["total"] - per_verb.get("WATCH", 0.0), 1),
             "rss_mib_end": round(self.sampler.rss_mib(), 1),
             "peak_mib": round(self.sampler.peak_mib(), 1),
             "uptime": machine_load(),

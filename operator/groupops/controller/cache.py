@@ -196,11 +196,16 @@ class WatchCache:
         name."""
         wanted = Selector.parse(label_selector)
         with self._lock:
+            objects = self._store.objects
+            indexed = objects.indexed_value(wanted)
+            if namespace is not None and indexed is not None:
+                keys = sorted(objects.by_label.get((namespace, indexed), ()))
+            else:
+                keys = sorted(key for key in objects if namespace is None or key[0] == namespace)
             return [
-                copy.deepcopy(obj)
-                for key, obj in sorted(self._store.objects.items())
-                if (namespace is None or key[0] == namespace)
-                and wanted.matches((obj.get("metadata") or {}).get("labels"))
+                copy.deepcopy(objects[key])
+                for key in keys
+                if wanted.matches((objects[key].get("metadata") or {}).get("labels"))
             ]
 
     # -- notes -----------------------------------------------------------------------------------

@@ -122,11 +122,62 @@ class _Hold:
     at: float
 
 
+INDEXED_LABEL = "groupops.dev/policy"
+"""The label every reconcile selects its pods and Leases by: indexed, so a list costs what the
+policy has, not what the cache holds (1,000 policies: 6,000 objects per kind scanned before)."""
+
+
+class IndexedObjects(dict[Key, dict[str, Any]]):
+    """The store's objects, with an index by (namespace, `INDEXED_LABEL` value). Every mutation
+    the store makes goes through `__setitem__`, `__delitem__` or `pop`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_label: dict[tuple[str, str], set[Key]] = {}
+
+    @staticmethod
+    def _label(obj: Mapping[str, Any]) -> str | None:
+        value = ((obj.get("metadata") or {}).get("labels") or {}).get(INDEXED_LABEL)
+        return None if value is None else str(value)
+
+    def _unindex(self, key: Key) -> None:
+        old = super().get(key)
+        label = None if old is None else self._label(old)
+        if label is not None:
+            keys = self.by_label.get((key[0], label))
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self.by_label[(key[0], label)]
+
+    def __setitem__(self, key: Key, obj: dict[str, Any]) -> None:
+        self._unindex(key)
+        super().__setitem__(key, obj)
+        label = self._label(obj)
+        if label is not None:
+            self.by_label.setdefault((key[0], label), set()).add(key)
+
+    def __delitem__(self, key: Key) -> None:
+        self._unindex(key)
+        super().__delitem__(key)
+
+    def pop(self, key: Key, *default: Any) -> Any:
+        self._unindex(key)
+        return super().pop(key, *default)
+
+    def indexed_value(self, selector: Selector) -> str | None:
+        """The value the selector requires of `INDEXED_LABEL` (None: it requires none)."""
+        for key, operator, value in selector.terms:
+            if key == INDEXED_LABEL and operator == "=":
+                return value
+        return None
+
+
 class VersionedStore:
     """The objects of one cache under the rule of the module docstring; `now` in seconds."""
 
     def __init__(self, *, history: int = SEEN_HISTORY, hold_limit: float = HOLD_LIMIT_S) -> None:
-        self.objects: dict[Key, dict[str, Any]] = {}
+        self.objects = IndexedObjects()
         self._holds: dict[Key, _Hold] = {}
         self._seen: OrderedDict[tuple[Key, str], None] = OrderedDict()
         self._history = history

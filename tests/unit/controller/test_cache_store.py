@@ -6,8 +6,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from groupops.controller.cache_store import HOLD_LIMIT_S, Selector, VersionedStore
+from groupops.controller.cache_store import (
+    HOLD_LIMIT_S,
+    INDEXED_LABEL,
+    IndexedObjects,
+    Selector,
+    VersionedStore,
+)
 
 NS = "ns"
 
@@ -204,3 +212,38 @@ def test_label_selectors_match_as_the_api_server_does(
 def test_set_based_selectors_are_refused_with_the_selector_named() -> None:
     with pytest.raises(ValueError, match="env in"):
         Selector.parse("env in (a,b)")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["put", "del", "pop"]),
+            st.sampled_from(["ns-a", "ns-b"]),
+            st.sampled_from(["o1", "o2", "o3", "o4"]),
+            st.sampled_from([None, "orders", "refunds"]),
+        ),
+        max_size=40,
+    )
+)
+def test_the_policy_label_index_always_agrees_with_a_full_scan(
+    steps: list[tuple[str, str, str, str | None]],
+) -> None:
+    objects = IndexedObjects()
+    for action, namespace, name, policy in steps:
+        key = (namespace, name)
+        if action == "put":
+            labels = {} if policy is None else {INDEXED_LABEL: policy}
+            objects[key] = {"metadata": {"namespace": namespace, "name": name, "labels": labels}}
+        elif action == "del" and key in objects:
+            del objects[key]
+        else:
+            objects.pop(key, None)
+    for namespace in ("ns-a", "ns-b"):
+        for policy in ("orders", "refunds"):
+            scanned = {
+                key
+                for key, obj in objects.items()
+                if key[0] == namespace and obj["metadata"]["labels"].get(INDEXED_LABEL) == policy
+            }
+            assert objects.by_label.get((namespace, policy), set()) == scanned
