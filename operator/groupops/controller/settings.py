@@ -40,10 +40,10 @@ class ReconcileSettings:
     tick_seconds: how often each policy is reconciled when nothing wakes it sooner (a Lease change
     or expiry does); the rebalance interval of the policy is judged at each tick, so it is the
     resolution of `rebalance.interval` and of lag in status.
-    A reconcile costs about 6 API requests and 12 ms of operator CPU: 1,000 policies at 5 s want
-    200 reconciles/s, more than one Python process gives (about 45/s measured, benchmarks/
-    RESULTS.md "Operator at scale"), so from a few hundred policies on raise the tick (30 s
-    keeps pace at 1,000). Failover and handoffs do not wait for the tick (Lease watch).
+    A steady reconcile reads only the watch caches (no API request) and costs about 4 ms of
+    operator CPU: 1,000 policies at 5 s (200 reconciles/s) keep pace at about 80 % of one core
+    (benchmarks/RESULTS.md "Operator at scale"); beyond that, raise the tick. Failover and
+    handoffs do not wait for the tick (Lease watch).
     workers: reconciles running at once (threads; each mostly waits on the API server).
     retry_backoff_seconds / retry_backoff_max_seconds: the first delay after a transient failure
     (lag source down, API conflict) and its cap; the delay doubles per attempt.
