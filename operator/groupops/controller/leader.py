@@ -67,6 +67,9 @@ class LeaderElector:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._lease: dict[str, Any] | None = None
+        """The Lease as last written by this elector: renewals compare-and-swap on it."""
+        self._holder_seen: str | None = None
         self.term = 0
 
     @property
@@ -131,8 +134,6 @@ class LeaderElector:
 
     # -- internals --------------------------------------------------------------------------------
 
-    _holder_seen: str | None = None
-
     def _try_take(self) -> bool:
         settings = self._settings
         sent = time.monotonic()
@@ -191,8 +192,6 @@ class LeaderElector:
         self._lease = lease
         with self._lock:
             self._valid_until = sent + self._settings.renew_deadline_seconds
-
-    _lease: dict[str, Any] | None = None
 
     def _renew_once(self) -> None:
         """One renewal (one write, compare-and-swap on the Lease last written); raises

@@ -164,7 +164,15 @@ def next_plan(
     broken = lineage_broken(previous, states)
     if broken is not None or barrier_pending(previous, states):
         reason = broken or f"waiting for every replica to acknowledge the resync plan {previous.barrier}"
-        return _resync(previous, target, states, new_epoch=new_epoch, strategy=next_strategy, reason=reason)
+        return _resync(
+            previous,
+            target,
+            states,
+            new_epoch=new_epoch,
+            strategy=next_strategy,
+            reason=reason,
+            lineage_intact=broken is None,
+        )
 
     # Rule 2: settle pending releases.
     releasing: dict[TopicPartition, Release] = {}
@@ -262,6 +270,7 @@ def _resync(
     new_epoch: int,
     strategy: str,
     reason: str,
+    lineage_intact: bool,
 ) -> HandoffResult:
     """The resync plan (see the module docstring): every identity keeps only what it reports
     holding and its target still gives it; nothing releasing; a barrier at its own epoch."""
@@ -292,7 +301,7 @@ def _resync(
         and not previous.releasing
         and _normalised(sets) == _normalised(previous.plan.assignment)
         and strategy == previous.plan.strategy
-        and lineage_broken(previous, states) is None
+        and lineage_intact
     )
     if unchanged:
         return HandoffResult(published=previous, changed=False, waiting=waiting, resync=reason)
