@@ -87,10 +87,22 @@ class Kubectl:
         return list(document["items"]) if document else []
 
 
-def free_port() -> int:
-    with socket.socket() as s:
+def free_port(kind: socket.SocketKind = socket.SOCK_STREAM) -> int:
+    with socket.socket(socket.AF_INET, kind) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+_HEARTBEAT_PORTS: dict[str, tuple[int, int]] = {}
+_OPERATORS_STARTED: dict[str, int] = {}
+
+
+def heartbeat_ports(namespace: str) -> tuple[int, int]:
+    """The UDP ports of the (at most two) operators of a test namespace, fixed up front: every
+    operator renders the same consumer pods (both addresses), so a takeover rolls no pod."""
+    return _HEARTBEAT_PORTS.setdefault(
+        namespace, (free_port(socket.SOCK_DGRAM), free_port(socket.SOCK_DGRAM))
+    )
 
 
 @dataclass
@@ -105,6 +117,21 @@ class OperatorProcess:
     """The operator's --tick; None runs with the operator's default."""
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    heartbeats: bool = True
+    """Consumers prove liveness by heartbeats to the operators (False: Lease renewals only)."""
+    heartbeat_slot: int = -1
+
+    def __post_init__(self) -> None:
+        if self.heartbeat_slot < 0:  # the first operator of a namespace answers on its first port
+            self.heartbeat_slot = _OPERATORS_STARTED.get(self.namespace, 0) % 2
+            _OPERATORS_STARTED[self.namespace] = self.heartbeat_slot + 1
+
+    def heartbeat_args(self) -> list[str]:
+        if not self.heartbeats:
+            return []
+        ports = heartbeat_ports(self.namespace)
+        addresses = [arg for port in ports for arg in ("--heartbeat-address", f"127.0.0.1:{port}")]
+        return ["--heartbeat-port", str(ports[self.heartbeat_slot]), *addresses]
 
     def start(self) -> None:
         assert self.process is None or self.process.poll() is not None
@@ -119,6 +146,7 @@ class OperatorProcess:
             str(free_port()),
             "--metrics-port",
             str(free_port()),
+            *self.heartbeat_args(),
             *self.extra,
         ]
         self.starts += 1

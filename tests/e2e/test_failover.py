@@ -74,10 +74,14 @@ def holder_incarnation(stack: PolicyStack, identity: str) -> str | None:
 def test_a_crashed_active_is_replaced_by_the_next_priority_within_the_lease_duration(
     new_stack: StackFactory, failback: bool
 ) -> None:
+    # The crashed replica comes back after 2 lease durations (a kubelet's crash-loop back-off
+    # starts at 10 s): a process restarted at once takes its Lease as soon as the operator fenced
+    # the dead one, and with failback the standby's turn would be too short to observe.
     with new_stack(
         partitions=PARTITIONS,
         lease_seconds=None,
         operator_tick=None,
+        restart_delay=2.0 * LEASE_SECONDS,
     ) as s:
         active, standby, last = s.identity(0), s.identity(1), s.identity(2)
         s.apply(**failover_spec(s, failback=failback))
@@ -104,7 +108,8 @@ def test_a_crashed_active_is_replaced_by_the_next_priority_within_the_lease_dura
         )
         assert takeover <= LEASE_SECONDS + RENEW_SECONDS + SCHEDULING_ALLOWANCE_S
 
-        # The harness restarts the crashed replica: a new process takes its Lease once it expired.
+        # The harness restarts the crashed replica: a new process takes its Lease once the operator
+        # fenced the dead one.
         wait_for(
             "the restarted replica holding its Lease",
             lambda: holder_incarnation(s, active) not in (None, old_incarnation),

@@ -83,7 +83,8 @@ def test_deployment_is_locked_down() -> None:
         "PodDisruptionBudget",
         "Role",
         "RoleBinding",
-        "Service",
+        "Service",  # heartbeats
+        "Service",  # metrics
         "ServiceAccount",
     ]
     rules = next(d for d in documents if d["kind"] == "ClusterRole")["rules"]
@@ -153,3 +154,27 @@ def test_service_monitor_is_optional() -> None:
     pods = next(d for d in yaml.safe_load_all(with_pods) if d and d["kind"] == "PodMonitor")
     assert pods["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
     assert pods["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/managed-by": "groupops"}
+
+
+def test_heartbeats_get_a_udp_service_that_consumers_are_told_about() -> None:
+    documents = [d for d in yaml.safe_load_all(render("ops")) if d]
+    service = next(
+        d for d in documents if d["kind"] == "Service" and d["metadata"]["name"].endswith("-heartbeat")
+    )
+    assert service["spec"]["ports"] == [
+        {"name": "heartbeat", "port": 7946, "targetPort": "heartbeat", "protocol": "UDP"}
+    ]
+    container = next(d for d in documents if d["kind"] == "Deployment")["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    assert "--heartbeat-port=7946" in container["args"]
+    assert "--heartbeat-address=groupops-heartbeat.ops.svc:7946" in container["args"]
+    assert {"name": "heartbeat", "containerPort": 7946, "protocol": "UDP"} in container["ports"]
+    assert any(env["name"] == "POD_IP" for env in container["env"])
+
+    off = [d for d in yaml.safe_load_all(render("ops", "heartbeats.enabled=false")) if d]
+    assert not any(d["kind"] == "Service" and d["metadata"]["name"].endswith("-heartbeat") for d in off)
+    off_args = next(d for d in off if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0][
+        "args"
+    ]
+    assert not any(arg.startswith("--heartbeat") for arg in off_args)

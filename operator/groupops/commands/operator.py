@@ -13,12 +13,14 @@ from groupops.commands.errors import RUNTIME_FAILURE, fail
 from groupops.controller.settings import (
     ConsumerSettings,
     ElectionSettings,
+    HeartbeatSettings,
     NetworkSettings,
     ReconcileSettings,
     Settings,
     WatchSettings,
 )
 from groupops.planner.handoff import DEFAULT_LEASE_DURATION_S
+from groupops.planner.liveness import parse_addresses
 
 
 def register(app: typer.Typer) -> None:
@@ -79,16 +81,44 @@ def operator_command(
         ),
     ] = None,
     leader_lease_name: Annotated[str, typer.Option(help="Name of the election Lease.")] = "groupops-operator",
+    heartbeat_port: Annotated[
+        int,
+        typer.Option(
+            help="UDP port (on --host) where this operator answers consumer heartbeats; 0 answers none "
+            "and consumers renew their Lease every second instead (one API write each).",
+            min=0,
+            max=65535,
+        ),
+    ] = 0,
+    heartbeat_advertise: Annotated[
+        str | None,
+        typer.Option(
+            help="host:port a leader tells consumers that asked a standby; default $POD_IP (else --host) "
+            "with --heartbeat-port."
+        ),
+    ] = None,
+    heartbeat_address: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--heartbeat-address",
+            help="host:port where consumers send heartbeats first (repeatable; in a cluster the chart's "
+            "Service); default the advertised address.",
+        ),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at debug level.")] = False,
 ) -> None:
     """Run the operator: reconcile every ConsumerGroupPolicy it watches until stopped."""
     from groupops.controller.main import StartupError, run_operator  # noqa: PLC0415 - kopf loads only here
 
+    heartbeat, consumer_addresses = _heartbeats(
+        port=heartbeat_port, advertise=heartbeat_advertise, addresses=heartbeat_address or [], host=host
+    )
     settings = Settings(
         watch=WatchSettings(namespaces=tuple(namespace or ())),
         reconcile=ReconcileSettings(tick_seconds=tick, lease_duration_seconds=lease_duration),
-        consumer=ConsumerSettings(image=consumer_image),
+        consumer=ConsumerSettings(image=consumer_image, heartbeat_addresses=consumer_addresses),
         network=NetworkSettings(host=host, health_port=health_port, metrics_port=metrics_port),
+        heartbeat=heartbeat,
         history_topic=history_topic,
         election=_election(
             enabled=leader_election,
@@ -104,6 +134,24 @@ def operator_command(
         run_operator(settings, verbose=verbose)
     except StartupError as e:
         fail(str(e), code=RUNTIME_FAILURE)
+
+
+def _heartbeats(
+    *, port: int, advertise: str | None, addresses: list[str], host: str
+) -> tuple[HeartbeatSettings | None, tuple[str, ...]]:
+    if port == 0:
+        if advertise or addresses:
+            fail("--heartbeat-advertise and --heartbeat-address need --heartbeat-port")
+        return None, ()
+    own = os.environ.get("POD_IP") or (host if host not in {"0.0.0.0", "::"} else "")
+    if not advertise and not own:
+        fail("listening on all addresses: say which one consumers reach (--heartbeat-advertise or $POD_IP)")
+    try:
+        settings = HeartbeatSettings(port=port, advertise=advertise or f"{own}:{port}")
+        consumer_addresses = tuple(a for address in addresses for a in parse_addresses(address))
+    except ValueError as e:
+        fail(f"heartbeats: {e}")
+    return settings, consumer_addresses or (settings.advertise,)
 
 
 def _election(

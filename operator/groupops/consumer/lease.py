@@ -24,6 +24,15 @@ Protocol (the operator's side is `groupops.planner.handoff`; the format is `plan
    is no longer valid, at once, and sends no renewal any more (only the release of step 4, if
    it gets that far); the operator judges the Lease expired a lease duration after the last
    renewal it saw, as after a crash.
+
+With heartbeat addresses (docs/design.md §7.5) the Lease says `liveness: heartbeat`, and step 2
+changes: while the report is unchanged, the interval's renewal is a heartbeat to the operator
+(no API write); a granted one makes the replica valid until its send time + the validity granted
+(at most renew_deadline). A refused one makes the keeper re-read the Lease (a fence, a takeover)
+and write it; an unanswered one is replaced by a Lease write, so the replica stays alive while
+no operator answers. Step 1 changes too: a Lease in heartbeat mode held by another process is
+taken only once the operator's fence names that process (`fenced-incarnation`): the process
+could still hold grants this one cannot see.
 """
 
 from __future__ import annotations
@@ -36,11 +45,15 @@ from collections.abc import Callable
 from typing import Any
 
 from groupops.consumer.errors import KubeConflict, KubeError, KubeForbidden
+from groupops.consumer.heartbeat import HeartbeatClient
 from groupops.consumer.kube import KubeClient
 from groupops.consumer.settings import LeaseSettings
 from groupops.model import MemberId, TopicPartition
 from groupops.planner.handoff import LeaseClock
+from groupops.planner.liveness import Heartbeat, HeartbeatStatus
 from groupops.planner.plan_format import (
+    LEASE_FENCED_INCARNATION_ANNOTATION,
+    LEASE_LIVENESS_ANNOTATION,
     LEASE_RELEASED_THROUGH_ANNOTATION,
     POLICY_LABEL,
     LeaseRecord,
@@ -73,8 +86,11 @@ class LeaseKeeper:
         incarnation: str,
         monotonic: Clock = time.monotonic,
         wall: Clock = time.time,
+        seen_epoch: Callable[[], int] | None = None,
     ) -> None:
         self._kube = kube
+        self._seen_epoch = seen_epoch
+        """The newest plan epoch the replica has seen, sent with heartbeats (plan delivery)."""
         self._settings = settings
         self.name = name
         self._policy = policy
@@ -83,7 +99,17 @@ class LeaseKeeper:
         self._monotonic = monotonic
         self._wall = wall
         self._lock = threading.Lock()
-        self._record = LeaseRecord(state=LeaseState.STARTING, incarnation=incarnation)
+        self._heartbeats = (
+            HeartbeatClient(settings.heartbeat_addresses, monotonic=monotonic)
+            if settings.heartbeat_addresses
+            else None
+        )
+        self._record = LeaseRecord(
+            state=LeaseState.STARTING, incarnation=incarnation, heartbeats=self._heartbeats is not None
+        )
+        self._written_record: LeaseRecord | None = None
+        self._seq = 0
+        self._refusal_logged = 0.0
         self._object: dict[str, Any] | None = None
         self._kick = threading.Event()
         self._stop = threading.Event()
@@ -98,6 +124,8 @@ class LeaseKeeper:
         self.lost = False
         """Another incarnation took the Lease: stop everything and exit."""
         self.renewals = 0
+        """Lease writes that renewed it (takes and reports included)."""
+        self.heartbeats_granted = 0
         self._held = False
 
     # -- what the runtime calls ---------------------------------------------------------------------
@@ -116,6 +144,7 @@ class LeaseKeeper:
                 state=state,
                 released_through=None if self.floor < 0 else self.floor,
                 incarnation=self.incarnation,
+                heartbeats=self._heartbeats is not None,
             )
 
     def kick(self) -> None:
@@ -161,6 +190,8 @@ class LeaseKeeper:
         self._kick.set()
         if self._thread is not None:
             self._thread.join(timeout=self._settings.request_timeout_s * 2 + 1)
+        if self._heartbeats is not None:
+            self._heartbeats.close()
 
     def release(self, *, through: int, acked_epoch: int | None) -> bool:
         """Final write after consuming stopped: see the module's step 4. Stops renewing first.
@@ -221,6 +252,8 @@ class LeaseKeeper:
             self._kick.clear()
             if self._stop.is_set():
                 return
+            if self._report_unchanged() and self.beat_once():
+                continue
             if not self.renew_once() and not self._stop.is_set():
                 # One quick retry: a single dropped request must not cost a whole interval.
                 self._stop.wait(min(0.25, self._settings.renew_interval_s / 2))
@@ -248,8 +281,43 @@ class LeaseKeeper:
                     self._failing_since = sent
                     log.warning("renewing Lease %s failed: %s", self.name, e)
                 return False
-            self._written(written, sent)
+            self._written(written, sent, record)
             return True
+        return False
+
+    def _report_unchanged(self) -> bool:
+        with self._lock:
+            return self._heartbeats is not None and self._record == self._written_record
+
+    def beat_once(self) -> bool:
+        """One heartbeat; True when it was granted (the replica is valid for longer)."""
+        assert self._heartbeats is not None
+        sent = self._sending()
+        if sent is None:
+            return False
+        self._seq += 1
+        heartbeat = Heartbeat(
+            namespace=self._kube.namespace,
+            lease=self.name,
+            incarnation=self.incarnation,
+            seq=self._seq,
+            seen=None if self._seen_epoch is None else self._seen_epoch(),
+        )
+        timeout = min(self._settings.request_timeout_s, self._settings.renew_interval_s / 2)
+        answer = self._heartbeats.exchange(heartbeat, timeout_s=timeout)
+        if answer is not None and answer.status is HeartbeatStatus.GRANTED:
+            with self._lock:
+                if not self._surrendered:
+                    self.valid_until = max(
+                        self.valid_until, sent + min(answer.valid, self._settings.renew_deadline_s)
+                    )
+            self.heartbeats_granted += 1
+            return True
+        if answer is not None:  # refused: a fence or a takeover may be the reason
+            if sent - self._refusal_logged > 30:
+                self._refusal_logged = sent
+                log.info("heartbeat for Lease %s refused (%s); writing the Lease", self.name, answer.reason)
+            self._reread()
         return False
 
     def _sending(self) -> float | None:
@@ -261,9 +329,10 @@ class LeaseKeeper:
             self._last_sent = self._monotonic()
             return self._last_sent
 
-    def _written(self, written: dict[str, Any], sent: float) -> None:
+    def _written(self, written: dict[str, Any], sent: float, record: LeaseRecord | None = None) -> None:
         with self._lock:
             self._object = written
+            self._written_record = record
             self._held = True
             if not self._surrendered:
                 self.valid_until = sent + self._settings.renew_deadline_s
@@ -311,6 +380,7 @@ class LeaseKeeper:
                 state=self._record.state,
                 released_through=self.floor,
                 incarnation=self.incarnation,
+                heartbeats=self._record.heartbeats,
             )
 
     # -- acquiring ----------------------------------------------------------------------------------
@@ -323,6 +393,8 @@ class LeaseKeeper:
         holder = spec.get("holderIdentity")
         if not holder or record.state is LeaseState.RELEASED or record.incarnation == self.incarnation:
             return True
+        if record.heartbeats:
+            return record.fenced_incarnation is not None and record.fenced_incarnation == record.incarnation
         # The holder's own renewals move renewTime; the operator's fence (an annotation) does
         # not, so a fence does not restart the wait.
         version = str(spec.get("renewTime") or (current.get("metadata") or {}).get("resourceVersion"))
@@ -343,7 +415,7 @@ class LeaseKeeper:
             written = self._kube.update_lease(body)
         except KubeConflict:
             return False
-        self._written(written, sent)
+        self._written(written, sent, record)
         log.info("took Lease %s (floor %d)", self.name, self.floor)
         return True
 
@@ -375,7 +447,7 @@ class LeaseKeeper:
             written = self._kube.create_lease(body)
         except KubeConflict:
             return False
-        self._written(written, sent)
+        self._written(written, sent, record)
         log.info("created and took Lease %s", self.name)
         return True
 
@@ -391,7 +463,12 @@ class LeaseKeeper:
         now = format_micro_time(self._wall())
         metadata = body.setdefault("metadata", {})
         annotations = dict(metadata.get("annotations") or {})
-        for key in (LEASE_EPOCH_ANNOTATION, LEASE_RELEASED_THROUGH_ANNOTATION):
+        for key in (
+            LEASE_EPOCH_ANNOTATION,
+            LEASE_RELEASED_THROUGH_ANNOTATION,
+            LEASE_LIVENESS_ANNOTATION,
+            LEASE_FENCED_INCARNATION_ANNOTATION,  # our floor covers the fence: we read it first
+        ):
             annotations.pop(key, None)
         annotations.update(lease_record_annotations(record, self.identity))
         metadata["annotations"] = annotations

@@ -308,6 +308,7 @@ class PlanRuntime:
             policy=settings.policy,
             identity=settings.identity,
             incarnation=self.incarnation,
+            seen_epoch=lambda: -1 if self._watcher is None else self._watcher.newest_epoch,
         )
         self._watcher = PlanWatcher(clients[2], settings.plan_configmap, on_change=self._wake.set)
         try:

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from groupops.consumer.errors import ConsumerConfigError
 from groupops.planner.handoff import DEFAULT_LEASE_DURATION_S
+from groupops.planner.liveness import parse_addresses
 from groupops.planner.wire import lease_name, plan_configmap_name
 
 __all__ = [
@@ -79,12 +80,16 @@ class LeaseSettings:
     last successful renewal was *sent* longer ago than this; below the duration so the replica
     has stopped before the operator can judge it expired (leader election's renewDeadline).
     request_timeout_s: one API request's budget, so a hung connection cannot eat the deadline.
+    heartbeat_addresses: where the operator answers heartbeats ("host:port"); when given, the
+    replica proves it is alive with one heartbeat per interval and writes its Lease only when its
+    report changes or no operator answers (docs/design.md §7.5).
     """
 
     duration_s: int = DEFAULT_LEASE_DURATION_S
     renew_interval_s: float = 1.0
     renew_deadline_s: float = 3.0
     request_timeout_s: float = 2.0
+    heartbeat_addresses: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.duration_s < 1:
@@ -226,6 +231,7 @@ class RuntimeSettings:
             request_timeout_s=_float(
                 source, "GROUPOPS_API_TIMEOUT_SECONDS", max(0.5, min(2.0, duration / 4))
             ),
+            heartbeat_addresses=_addresses(source, "GROUPOPS_HEARTBEAT_ADDRESSES"),
         )
         kafka = KafkaClientSettings(
             bootstrap_servers=_required(source, "GROUPOPS_KAFKA_BOOTSTRAP_SERVERS"),
@@ -264,6 +270,13 @@ class RuntimeSettings:
             record_dir=Path(record_dir) if record_dir else None,
             kubeconfig=source.get("KUBECONFIG") or None,
         )
+
+
+def _addresses(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    try:
+        return parse_addresses(env.get(name, ""))
+    except ValueError as e:
+        raise ConsumerConfigError(name, str(e)) from None
 
 
 def _required(env: Mapping[str, str], name: str) -> str:

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from groupops.controller.cache import Caches, Reader
 from groupops.controller.events import EventSink
+from groupops.controller.heartbeats import HeartbeatBook
 from groupops.controller.kube import KubeClient
 from groupops.controller.lagread import PolicyLag
 from groupops.controller.metrics import Metrics
@@ -93,6 +94,8 @@ class Deps:
     leadership: Leadership | None = None
     """The election this operator won; None when it runs without one (one operator by
     construction). Every plan write checks it and records its term."""
+    heartbeats: HeartbeatBook | None = None
+    """Consumer heartbeats this operator answers (docs/design.md §7.5); None: Leases only."""
 
     @property
     def reader(self) -> Reader:

@@ -36,8 +36,10 @@ from groupops.controller.identities import observe_lease
 from groupops.controller.kube import KubeError
 from groupops.controller.names import API_GROUP, API_VERSION, LABEL_POLICY, PLURAL, owned_selector
 from groupops.controller.reconcile import Deps, PolicyMemory, ReconcileFailure, reconcile
-from groupops.controller.sightings import LeaseSightings
 from groupops.controller.wakeup import expiry_due, next_wake
+from groupops.model import MemberId
+from groupops.planner.handoff import LeaseClock
+from groupops.planner.plan_format import HEARTBEAT_LIVENESS, LEASE_LIVENESS_ANNOTATION
 
 __all__ = ["OWNED_KINDS", "build_registry", "delete_owned"]
 
@@ -66,17 +68,35 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _memory(memo: Any, body: Any = None, sightings: LeaseSightings | None = None) -> PolicyMemory:
-    """The policy's memory; a new one starts from this process's sightings of its Leases (a
-    standby that just took over judges expiry from what it watched while standing by)."""
+def _memory(memo: Any, body: Any = None, deps: Deps | None = None) -> PolicyMemory:
+    """The policy's memory. A new one starts from this process's sightings of its Leases (a
+    standby that just took over judges expiry from what it watched while standing by), counts
+    every Lease in heartbeat mode as heard now (heartbeats the previous leader granted were
+    answered before this process led: docs/design.md §7.5), and from now on receives the
+    heartbeats this process grants."""
     memory = memo.get("groupops")
     if memory is None:
         memory = memo.setdefault("groupops", PolicyMemory())
-        if sightings is not None and body is not None:
+        if deps is not None and body is not None:
             namespace, name = _key(body)
-            sightings.seed(memory.clock, namespace, name)
+            if deps.sightings is not None:
+                deps.sightings.seed(memory.clock, namespace, name)
+            if deps.heartbeats is not None:
+                _hear_heartbeat_leases(memory.clock, deps, namespace, name)
+                deps.heartbeats.attach(namespace, name, memory.clock)
     assert isinstance(memory, PolicyMemory)
     return memory
+
+
+def _hear_heartbeat_leases(clock: LeaseClock, deps: Deps, namespace: str, policy: str) -> None:
+    now = time.monotonic()
+    for lease in deps.reader.list(
+        "coordination.k8s.io/v1", "Lease", namespace, label_selector=f"{LABEL_POLICY}={policy}"
+    ):
+        meta = lease.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        if annotations.get(LEASE_LIVENESS_ANNOTATION) == HEARTBEAT_LIVENESS:
+            clock.hear(MemberId(str(meta.get("name"))), now)
 
 
 def delete_owned(deps: Deps, namespace: str, policy: str) -> int:
@@ -135,7 +155,7 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
     def run(body: Any, memo: Any, retry: int) -> None:
         """A change handler's reconcile: failures go to kopf."""
         try:
-            done = reconcile_locked(body, _memory(memo, body, deps.sightings))
+            done = reconcile_locked(body, _memory(memo, body, deps))
         except ReconcileFailure as failure:
             if failure.transient:
                 delay = settings.reconcile.backoff(retry + 1)
@@ -171,7 +191,7 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
     @kopf.daemon(*resource, registry=registry, cancellation_timeout=_DAEMON_STOP_S)
     async def policy_loop(*, body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any) -> None:
         # `body` is kopf's live view: every run reads the policy as last seen.
-        memory = _memory(memo, body, deps.sightings)
+        memory = _memory(memo, body, deps)
         key = _key(body)
         memories[key] = memory
         loop = asyncio.get_running_loop()
@@ -206,6 +226,8 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
             stopping.cancel()
             if memories.get(key) is memory:
                 del memories[key]
+            if deps.heartbeats is not None:
+                deps.heartbeats.detach(*key, memory.clock)
 
     def on_lease(event_type: str, body: dict[str, Any]) -> None:
         """A Lease event of the cache, run in kopf's loop (as the daemons and their Wakeup)."""

@@ -5,7 +5,8 @@ Pure (the clock is an argument). The reconcile reads pods and Leases, then asks 
 1. slots: replicas 0..n-1, identity `<groupId>-<i>`, zone `zones[i % len(zones)]` when rack-aware;
 2. liveness of each identity from its Lease, judged by the operator's own clock since it last saw
    the Lease change (`LeaseClock`, as leader election does: clocks of two machines are never
-   compared): `live` (held and changed within the lease duration), `expired` (held, silent longer),
+   compared; a heartbeat it granted counts as a change, docs/design.md §7.5): `live` (held and
+   changed within the lease duration), `expired` (held, silent longer),
    `absent` (no Lease, or nobody ever took it: the pod has not started its consumer);
 3. draining: identities whose partitions must be handed away before their pod goes: every pod at
    ordinal >= n (scale-down removes the highest ordinals), and during a template change the one
@@ -148,12 +149,10 @@ def lease_state(
         note = decode_lease_note(meta.get("annotations") or {})
     except PlanFormatError:
         note = LeaseNote(epoch=None, partitions=())
+    silent_for = clock.unchanged_for(MemberId(str(meta.get("name"))), now)
+    silent = now - changed_at if silent_for is None else silent_for
     return LeaseState(
-        identity=identity,
-        held=held,
-        live=held and now - changed_at <= seconds,
-        note=note,
-        silent_for=now - changed_at,
+        identity=identity, held=held, live=held and silent <= seconds, note=note, silent_for=silent
     )
 
 

@@ -34,11 +34,14 @@ from typing import Any
 from groupops.controller.kube import AlreadyExists, Conflict, KubeClient, KubeError, NotFound
 from groupops.controller.settings import ElectionSettings
 
-__all__ = ["LeaderElector", "LeadershipLost"]
+__all__ = ["HEARTBEAT_ADDRESS_ANNOTATION", "LeaderElector", "LeadershipLost"]
 
 log = logging.getLogger(__name__)
 
 _API = "coordination.k8s.io/v1"
+HEARTBEAT_ADDRESS_ANNOTATION = "groupops.dev/heartbeat-address"
+"""On the election Lease: where the leader answers consumer heartbeats, so that a standby can
+send a replica that asked it to the leader (controller/heartbeats.py)."""
 
 
 class LeadershipLost(Exception):
@@ -58,8 +61,10 @@ class LeaderElector:
         settings: ElectionSettings,
         *,
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        advertise: str | None = None,
     ) -> None:
         self._client = client
+        self._advertise = advertise
         self._settings = settings
         self._wall_clock = wall_clock
         self._seen: tuple[str, float] | None = None
@@ -71,6 +76,8 @@ class LeaderElector:
         """The Lease as last written by this elector: renewals compare-and-swap on it."""
         self._holder_seen: str | None = None
         self.term = 0
+        self.leader_address: str | None = None
+        """Where the current leader answers heartbeats, as its Lease last said."""
 
     @property
     def identity(self) -> str:
@@ -143,7 +150,11 @@ class LeaderElector:
             body = {
                 "apiVersion": _API,
                 "kind": "Lease",
-                "metadata": {"name": settings.name, "namespace": settings.namespace},
+                "metadata": {
+                    "name": settings.name,
+                    "namespace": settings.namespace,
+                    "annotations": self._annotations(None),
+                },
                 "spec": {
                     "holderIdentity": self.identity,
                     "leaseDurationSeconds": max(1, round(settings.lease_seconds)),
@@ -161,6 +172,8 @@ class LeaderElector:
         spec = lease.get("spec") or {}
         holder = str(spec.get("holderIdentity") or "")
         self._holder_seen = holder or None
+        annotations = (lease.get("metadata") or {}).get("annotations") or {}
+        self.leader_address = annotations.get(HEARTBEAT_ADDRESS_ANNOTATION) if holder else None
         version = str(lease["metadata"]["resourceVersion"])
         if holder and holder != self.identity:
             if self._seen is None or self._seen[0] != version:
@@ -179,17 +192,26 @@ class LeaderElector:
         }
         if holder != self.identity:
             new_spec["acquireTime"] = now_wall
+        metadata = {**lease["metadata"], "annotations": self._annotations(annotations)}
         try:
-            taken = self._client.replace({**lease, "spec": new_spec})
+            taken = self._client.replace({**lease, "metadata": metadata, "spec": new_spec})
         except (Conflict, NotFound):
             self._seen = None
             return False
         self._won(term=term, sent=sent, lease=taken)
         return True
 
+    def _annotations(self, current: dict[str, str] | None) -> dict[str, str]:
+        annotations = dict(current or {})
+        annotations.pop(HEARTBEAT_ADDRESS_ANNOTATION, None)
+        if self._advertise:
+            annotations[HEARTBEAT_ADDRESS_ANNOTATION] = self._advertise
+        return annotations
+
     def _won(self, *, term: int, sent: float, lease: dict[str, Any]) -> None:
         self.term = term
         self._lease = lease
+        self.leader_address = self._advertise
         with self._lock:
             self._valid_until = sent + self._settings.renew_deadline_seconds
 

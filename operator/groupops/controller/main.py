@@ -19,9 +19,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import kopf
 
-from groupops.controller.cache import start_caches
+from groupops.controller.cache import Caches, start_caches
 from groupops.controller.events import EventSink
 from groupops.controller.handlers import build_registry
+from groupops.controller.heartbeats import HeartbeatBook, HeartbeatServer
 from groupops.controller.kube import KubeClient
 from groupops.controller.leader import LeaderElector
 from groupops.controller.metrics import Metrics
@@ -72,7 +73,10 @@ def run_operator(settings: Settings, *, verbose: bool = False) -> None:
     )
     elector = None
     if settings.election is not None:
-        elector = LeaderElector(client, settings.election)
+        advertise = None if settings.heartbeat is None else settings.heartbeat.advertise
+        elector = LeaderElector(client, settings.election, advertise=advertise)
+    heartbeats = _serve_heartbeats(settings, caches, elector, metrics)
+    if elector is not None:
         if not _stand_by(elector, network.host, network.health_port, metrics):
             return
         metrics.leader_term.set(elector.term)
@@ -88,6 +92,7 @@ def run_operator(settings: Settings, *, verbose: bool = False) -> None:
         sightings=sightings,
         lag_pool=lag_pool,
         leadership=elector,
+        heartbeats=None if heartbeats is None else heartbeats[0],
     )
     try:
         kopf.run(
@@ -99,10 +104,34 @@ def run_operator(settings: Settings, *, verbose: bool = False) -> None:
         )
     finally:
         lag_pool.shutdown(wait=False, cancel_futures=True)
+        if heartbeats is not None:
+            heartbeats[1].stop()
         if elector is not None:
             elector.release()
         if history is not None:
             history.close()
+
+
+def _serve_heartbeats(
+    settings: Settings, caches: Caches, elector: LeaderElector | None, metrics: Metrics
+) -> tuple[HeartbeatBook, HeartbeatServer] | None:
+    """Answer consumer heartbeats from now on, standing by or not (docs/design.md §7.5)."""
+    if settings.heartbeat is None:
+        return None
+    book = HeartbeatBook(
+        leases=caches.leases.get,
+        leading=(lambda: True) if elector is None else elector.still_leading,
+        leader_address=(lambda: None) if elector is None else (lambda: elector.leader_address),
+        metrics=metrics,
+    )
+    try:
+        server = HeartbeatServer(book, settings.network.host, settings.heartbeat.port, metrics=metrics)
+    except OSError as e:
+        raise StartupError(
+            f"cannot answer heartbeats: {e.strerror} (--heartbeat-port {settings.heartbeat.port})"
+        ) from e
+    server.start()
+    return book, server
 
 
 def _stand_by(elector: LeaderElector, host: str, health_port: int, metrics: Metrics) -> bool:

@@ -106,6 +106,14 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.heartbeats = Counter(
+            "groupops_operator_heartbeats",
+            "Consumer heartbeats this operator answered, by answer (granted, refused, not-leader, "
+            "malformed: dropped unanswered).",
+            ("answer",),
+            registry=self.registry,
+        )
+
     def count_request(self, verb: str, kind: str) -> None:
         self.api_requests.labels(verb, kind).inc()
 

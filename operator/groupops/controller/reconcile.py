@@ -55,7 +55,7 @@ from groupops.controller.names import (
     pod_name,
 )
 from groupops.controller.native import BrokerAgreement, compare_with_broker, read_broker_agreement
-from groupops.controller.publish import floor_plan, normalized, step
+from groupops.controller.publish import Fence, floor_plan, member_states, normalized, step
 from groupops.controller.render_common import PolicyRef
 from groupops.controller.render_plan import (
     ObservedPlan,
@@ -77,8 +77,9 @@ from groupops.lag import (
 from groupops.lag import kafka as kafka_lag
 from groupops.lag.registry import SourceContext, build_lag_source
 from groupops.model import MemberId
-from groupops.planner.handoff import HandoffError, HandoffResult, predicted_plan
-from groupops.planner.plan_format import PublishedPlan, fence_annotations
+from groupops.planner.handoff import HandoffError, HandoffResult, fence_epoch, predicted_plan
+from groupops.planner.plan_format import PublishedPlan, fence_annotations, lease_record
+from groupops.planner.wire import PlanFormatError
 
 __all__ = ["Deps", "PolicyMemory", "ReconcileFailure", "ReconcileResult", "reconcile"]
 
@@ -193,8 +194,13 @@ def _reconcile(run: RunContext) -> ReconcileResult:
     try:
         _apply_account(run, view)
         _apply_leases(run, view, lease_objects, lease_seconds)
-        result = _handoff(run, spec, decision, previous, view, leases_by_identity)
+        fence = _Fencer(run, leases_by_identity)
+        result = _handoff(run, spec, decision, previous, view, leases_by_identity, fence)
+        if run.deps.heartbeats is not None:
+            fence.silent_heartbeat_holders(view, previous)
         now_plan = _publish(run, decision, result, configmap, observed)
+        if run.deps.heartbeats is not None:
+            run.deps.heartbeats.note_published(run.policy.namespace, run.policy.name, now_plan.epoch)
         view = view_of(now_plan)
         _apply_pods(run, spec, view, lease_objects, lease_seconds)
     except Rejected as e:
@@ -372,6 +378,7 @@ def _handoff(  # noqa: PLR0917
     previous: PublishedPlan,
     view: IdentityView,
     leases: Mapping[str, Mapping[str, Any] | None],
+    fence: Fence,
 ) -> HandoffResult | None:
     """The handoff step towards the decided target (None: keep the plan as it is)."""
     if decision.target is None:
@@ -382,29 +389,6 @@ def _handoff(  # noqa: PLR0917
             return predicted_plan(previous, typed, strategy=spec.strategy.type)
         except HandoffError as e:
             fail(run, "PlanInvalid", str(e), transient=False, degraded=True)
-
-    def fence(identity: str, epoch: int) -> bool:
-        lease = leases.get(identity)
-        if lease is None:
-            return False
-        meta = lease["metadata"]
-        try:
-            run.deps.client.patch(
-                "coordination.k8s.io/v1",
-                "Lease",
-                run.policy.namespace,
-                meta["name"],
-                {
-                    "metadata": {
-                        "resourceVersion": meta["resourceVersion"],
-                        "annotations": fence_annotations(epoch),
-                    }
-                },
-            )
-        except (Conflict, NotFound):
-            return False
-        run.log.info("fenced %s through epoch %d (Lease expired or never taken)", identity, epoch)
-        return True
 
     try:
         return step(
@@ -419,6 +403,74 @@ def _handoff(  # noqa: PLR0917
         )
     except HandoffError as e:  # a strategy broke its contract: a bug, reported, never published
         fail(run, "PlanInvalid", str(e), transient=False, degraded=True)
+
+
+class _Fencer:
+    """fence(identity, epoch): void what the identity's holder owned under plans <= epoch, with
+    compare-and-swap on the Lease version it was judged silent on, after the heartbeat guard
+    (`HeartbeatBook.may_fence`) agreed that no heartbeat was granted meanwhile. One per run: an
+    identity is fenced at most once per run (a second try would conflict with the first)."""
+
+    def __init__(self, run: RunContext, leases: Mapping[str, Mapping[str, Any] | None]) -> None:
+        self._run = run
+        self._leases = leases
+        self.fenced: set[str] = set()
+
+    def __call__(self, identity: str, epoch: int) -> bool:
+        run, book = self._run, self._run.deps.heartbeats
+        lease = self._leases.get(identity)
+        if lease is None or identity in self.fenced:
+            return identity in self.fenced
+        meta = lease["metadata"]
+        try:
+            incarnation = lease_record(meta.get("annotations")).incarnation
+        except PlanFormatError:
+            incarnation = None
+        name, version = str(meta["name"]), str(meta["resourceVersion"])
+        duration = float((lease.get("spec") or {}).get("leaseDurationSeconds") or 0) or float(
+            run.deps.settings.reconcile.lease_duration_seconds
+        )
+        ns = run.policy.namespace
+        if book is not None and not book.may_fence(
+            ns, run.policy.name, name, incarnation=incarnation, version=version, duration_s=duration
+        ):
+            run.log.info("not fencing %s: it sent a heartbeat meanwhile", identity)
+            return False
+        try:
+            run.deps.client.patch(
+                "coordination.k8s.io/v1",
+                "Lease",
+                ns,
+                name,
+                {
+                    "metadata": {
+                        "resourceVersion": version,
+                        "annotations": fence_annotations(epoch, incarnation),
+                    }
+                },
+            )
+        except (Conflict, NotFound):
+            if book is not None:
+                book.fence_failed(ns, name, version=version)
+            return False
+        self.fenced.add(identity)
+        run.log.info("fenced %s through epoch %d (Lease expired or never taken)", identity, epoch)
+        return True
+
+    def silent_heartbeat_holders(self, view: IdentityView, previous: PublishedPlan) -> None:
+        """Fence every silent holder in heartbeat mode the handoff did not fence (it held nothing
+        to hand over), so that a new process of its identity may take the Lease: in heartbeat
+        mode only the operator's fence names a dead incarnation (docs/design.md §7.5)."""
+        for identity, state in sorted(view.leases.items()):
+            lease = self._leases.get(identity)
+            if lease is None or not state.expired or identity in self.fenced:
+                continue
+            try:
+                record = lease_record((lease.get("metadata") or {}).get("annotations"))
+            except PlanFormatError:
+                continue
+            if record.heartbeats and record.incarnation and record.fenced_incarnation != record.incarnation:
+                self(identity, fence_epoch(previous, member_states(self._leases)))
 
 
 def _publish(

@@ -107,6 +107,8 @@ def template_hash(policy: PolicyRef, spec: PolicySpec, settings: ConsumerSetting
         "image": settings.image,
         "command": list(settings.command),
     }
+    if settings.heartbeat_addresses:  # absent when off, so turning them on is one rollout
+        material["heartbeat"] = list(settings.heartbeat_addresses)
     return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
@@ -147,6 +149,8 @@ def render_pod(
         {"name": "GROUPOPS_IDENTITY", "value": slot.identity},
         {"name": "GROUPOPS_LEASE_NAME", "value": lease_name(policy.name, slot.identity)},
     ]
+    if settings.heartbeat_addresses:
+        env.append({"name": "GROUPOPS_HEARTBEAT_ADDRESSES", "value": ",".join(settings.heartbeat_addresses)})
     ours = {item["name"] for item in env}
     theirs = [item for item in container.get("env") or [] if item.get("name") not in ours]
     if not any(item.get("name") == "GROUPOPS_METRICS_PORT" for item in theirs):

@@ -9,10 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from groupops.planner.handoff import DEFAULT_LEASE_DURATION_S
+from groupops.planner.liveness import parse_addresses
 
 __all__ = [
     "ConsumerSettings",
     "ElectionSettings",
+    "HeartbeatSettings",
     "NetworkSettings",
     "ReconcileSettings",
     "Settings",
@@ -78,11 +80,17 @@ class ConsumerSettings:
     """Defaults for consumer pods whose policy template does not say.
 
     image: the groupops image (same as the operator's: it contains `groupops consume`);
-    command: the container command when the template gives none.
+    command: the container command when the template gives none; heartbeat_addresses: "host:port"
+    where replicas send heartbeats (docs/design.md §7.5), none to renew Leases every second.
     """
 
     image: str = "groupops:0.1.0"
     command: tuple[str, ...] = ("groupops", "consume")
+    heartbeat_addresses: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for address in self.heartbeat_addresses:
+            _check_address(address, "heartbeat address")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -96,6 +104,28 @@ class NetworkSettings:
     host: str = "127.0.0.1"
     health_port: int = 8080
     metrics_port: int = 9090
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeartbeatSettings:
+    """Where this operator answers consumer heartbeats (docs/design.md §7.5): UDP `port` on
+    `NetworkSettings.host`; `advertise` is the "host:port" a leader names to replicas that asked
+    a standby (its pod IP in a cluster)."""
+
+    port: int
+    advertise: str
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port < 65536:
+            raise ValueError(f"heartbeat port must be 0-65535, got {self.port}")
+        _check_address(self.advertise, "heartbeat advertise address")
+
+
+def _check_address(address: str, what: str) -> None:
+    try:
+        parse_addresses(address)
+    except ValueError as e:
+        raise ValueError(f"{what}: {e}") from None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -134,3 +164,5 @@ class Settings:
     history_topic: str | None = None
     election: ElectionSettings | None = None
     """None: no election (one operator by construction, e.g. a developer's run)."""
+    heartbeat: HeartbeatSettings | None = None
+    """None: replicas prove liveness by renewing their Lease every second (one API write each)."""

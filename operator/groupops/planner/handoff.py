@@ -438,10 +438,15 @@ class LeaseClock:
     a controller can wake exactly then instead of polling. Two observers of one clock (a watch
     and a periodic read) may race on one entry; the loser only records a later change, which can
     delay a judgement of expiry, never bring one forward.
+
+    A heartbeat the observer answered (`hear`, docs/design.md §7.5) counts as a change it saw at
+    that moment: the Lease is silent only when neither its version nor a heartbeat moved for the
+    duration.
     """
 
     def __init__(self) -> None:
         self._seen: dict[MemberId, tuple[str | None, float]] = {}
+        self._heard: dict[MemberId, float] = {}
         self._lifetimes: dict[MemberId, float] = {}
 
     def observe(
@@ -459,9 +464,24 @@ class LeaseClock:
             self._lifetimes[identity] = lifetime
         return seen[1]
 
-    def unchanged_for(self, identity: MemberId, now: float) -> float | None:
+    def hear(self, identity: MemberId, now: float) -> None:
+        """A heartbeat of the Lease's holder, answered at `now` (any thread)."""
+        if now > self._heard.get(identity, float("-inf")):
+            self._heard[identity] = now
+
+    def heard_at(self, identity: MemberId) -> float | None:
+        return self._heard.get(identity)
+
+    def _last_change(self, identity: MemberId) -> float | None:
         seen = self._seen.get(identity)
-        return None if seen is None else now - seen[1]
+        heard = self._heard.get(identity)
+        if seen is None:
+            return heard
+        return seen[1] if heard is None else max(seen[1], heard)
+
+    def unchanged_for(self, identity: MemberId, now: float) -> float | None:
+        last = self._last_change(identity)
+        return None if last is None else now - last
 
     def expired(self, identity: MemberId, now: float, duration_s: float) -> bool:
         unchanged = self.unchanged_for(identity, now)
@@ -470,13 +490,14 @@ class LeaseClock:
     def next_expiry(self, after: float) -> float | None:
         """The earliest moment later than `after` at which a held Lease, unchanged since, is
         judged expired; None when no held Lease would expire after `after`."""
-        moments = [
-            self._seen[identity][1] + lifetime
-            for identity, lifetime in list(self._lifetimes.items())
-            if identity in self._seen and self._seen[identity][1] + lifetime > after
-        ]
+        moments = []
+        for identity, lifetime in list(self._lifetimes.items()):
+            last = self._last_change(identity)
+            if last is not None and last + lifetime > after:
+                moments.append(last + lifetime)
         return min(moments, default=None)
 
     def forget(self, identity: MemberId) -> None:
         self._seen.pop(identity, None)
+        self._heard.pop(identity, None)
         self._lifetimes.pop(identity, None)

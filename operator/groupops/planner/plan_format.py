@@ -28,6 +28,13 @@ Lease `<policy>-<identity>` (`render_lease` / `lease_record`), renewed by the co
                 groupops.dev/incarnation      the holding process (a uuid), so a restarted
                                               replica never shares the Lease with a zombie
                 groupops.dev/identity         the identity unmangled (the name is DNS-safe)
+                groupops.dev/liveness         `heartbeat`: the holder proves it is alive with
+                                              heartbeats to the operator instead of renewals
+                                              (docs/design.md §7.5); only the operator's fence
+                                              lets another process take the Lease
+                groupops.dev/fenced-incarnation  written by the operator's fence: the
+                                              incarnation it judged dead; removed by that
+                                              incarnation's next write
     labels      groupops.dev/policy  <policy>
 
 The operator creates each Lease unheld (the consumer's Role may only get and update it); the
@@ -61,8 +68,11 @@ from groupops.planner.wire import (
 
 __all__ = [
     "BARRIER_ANNOTATION",
+    "HEARTBEAT_LIVENESS",
+    "LEASE_FENCED_INCARNATION_ANNOTATION",
     "LEASE_IDENTITY_ANNOTATION",
     "LEASE_INCARNATION_ANNOTATION",
+    "LEASE_LIVENESS_ANNOTATION",
     "LEASE_RELEASED_THROUGH_ANNOTATION",
     "LEASE_STATE_ANNOTATION",
     "POLICY_LABEL",
@@ -91,6 +101,9 @@ LEASE_STATE_ANNOTATION = "groupops.dev/state"
 LEASE_RELEASED_THROUGH_ANNOTATION = "groupops.dev/released-through"
 LEASE_INCARNATION_ANNOTATION = "groupops.dev/incarnation"
 LEASE_IDENTITY_ANNOTATION = "groupops.dev/identity"
+LEASE_LIVENESS_ANNOTATION = "groupops.dev/liveness"
+LEASE_FENCED_INCARNATION_ANNOTATION = "groupops.dev/fenced-incarnation"
+HEARTBEAT_LIVENESS = "heartbeat"
 POLICY_LABEL = "groupops.dev/policy"
 
 
@@ -228,6 +241,9 @@ class LeaseRecord:
     state: LeaseState | None = None
     released_through: int | None = None
     incarnation: str | None = None
+    heartbeats: bool = False
+    """The holder sends heartbeats (`groupops.dev/liveness: heartbeat`)."""
+    fenced_incarnation: str | None = None
 
 
 def lease_record_annotations(record: LeaseRecord, identity: str) -> dict[str, str]:
@@ -243,6 +259,8 @@ def lease_record_annotations(record: LeaseRecord, identity: str) -> dict[str, st
         annotations[LEASE_RELEASED_THROUGH_ANNOTATION] = str(record.released_through)
     if record.incarnation is not None:
         annotations[LEASE_INCARNATION_ANNOTATION] = record.incarnation
+    if record.heartbeats:
+        annotations[LEASE_LIVENESS_ANNOTATION] = HEARTBEAT_LIVENESS
     return annotations
 
 
@@ -262,6 +280,8 @@ def lease_record(annotations: Mapping[str, str] | None) -> LeaseRecord:
         state=state,
         released_through=_count_or_none(notes.get(LEASE_RELEASED_THROUGH_ANNOTATION)),
         incarnation=notes.get(LEASE_INCARNATION_ANNOTATION),
+        heartbeats=notes.get(LEASE_LIVENESS_ANNOTATION) == HEARTBEAT_LIVENESS,
+        fenced_incarnation=notes.get(LEASE_FENCED_INCARNATION_ANNOTATION),
     )
 
 
@@ -269,10 +289,14 @@ def _count_or_none(text: str | None) -> int | None:
     return int(text) if text is not None and text.isdigit() else None
 
 
-def fence_annotations(epoch: int) -> dict[str, str]:
+def fence_annotations(epoch: int, incarnation: str | None = None) -> dict[str, str]:
     """What the operator merges into an expired identity's Lease to void its holdings under
-    plans <= `epoch`. Written with compare-and-swap on the resourceVersion it judged by."""
-    return {LEASE_RELEASED_THROUGH_ANNOTATION: str(epoch)}
+    plans <= `epoch`, naming the incarnation it judged dead when there is one. Written with
+    compare-and-swap on the resourceVersion it judged by."""
+    annotations = {LEASE_RELEASED_THROUGH_ANNOTATION: str(epoch)}
+    if incarnation is not None:
+        annotations[LEASE_FENCED_INCARNATION_ANNOTATION] = incarnation
+    return annotations
 
 
 def format_micro_time(seconds: float) -> str:

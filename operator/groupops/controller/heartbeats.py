@@ -1,0 +1,257 @@
+"""The operator's side of consumer heartbeats (docs/design.md §7.5): answer them, and keep what
+they prove on each policy's `LeaseClock`.
+
+Who calls it: `controller.main` starts `HeartbeatServer` in every operator process, standby
+included (a standby answers `not-leader` with the leader's address); each policy's daemon
+`attach`es its clock while it runs; the reconcile's fence asks `may_fence` first and reports a
+lost compare-and-swap with `fence_failed`.
+
+The grant (`HeartbeatBook.answer`): only the leader grants, only to the incarnation that holds the
+Lease in heartbeat mode, unfenced, as the Lease cache shows it (`planner.liveness.grant_refusal`),
+and only while the policy's daemon runs here. A grant notes the moment on the policy's clock
+(`LeaseClock.hear`) and tells the replica it is valid for 0.75 x the Lease duration counted from
+its own send time, which is earlier than the moment noted: the replica stops before the operator
+may judge it silent.
+
+The fence guard: the reconcile judged a Lease silent; between that judgement and the Lease write a
+heartbeat may arrive. `may_fence` re-checks silence and records a refusal under one lock with the
+grant, so either the heartbeat was granted first (the fence is not written: the replica is alive)
+or it is refused (the replica's validity has ended and it gets no more). The refusal holds while
+the cache still shows the version the fence was judged on; after that the Lease itself says
+`fenced-incarnation`.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from groupops.controller.metrics import Metrics
+from groupops.controller.names import LABEL_POLICY
+from groupops.model import MemberId
+from groupops.planner.handoff import LeaseClock
+from groupops.planner.liveness import (
+    Heartbeat,
+    HeartbeatAnswer,
+    HeartbeatFormatError,
+    HeartbeatStatus,
+    decode_heartbeat,
+    encode_answer,
+    grant_refusal,
+)
+from groupops.planner.plan_format import lease_record
+from groupops.planner.wire import PlanFormatError
+
+__all__ = ["GRANT_FRACTION", "HeartbeatBook", "HeartbeatServer"]
+
+log = logging.getLogger(__name__)
+
+GRANT_FRACTION = 0.75
+"""A grant's validity as a fraction of the Lease duration (the consumer's renew deadline is the
+same fraction): the margin covers clock-rate drift between the two machines."""
+
+LeaseLookup = Callable[[str, str], Mapping[str, Any] | None]
+"""(namespace, Lease name) -> the Lease as the operator's cache holds it."""
+
+_PolicyKey = tuple[str, str]
+
+
+class HeartbeatBook:
+    def __init__(
+        self,
+        *,
+        leases: LeaseLookup,
+        leading: Callable[[], bool],
+        leader_address: Callable[[], str | None],
+        metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._leases = leases
+        self._leading = leading
+        self._leader_address = leader_address
+        self._metrics = metrics
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._clocks: dict[_PolicyKey, LeaseClock] = {}
+        self._refused: dict[tuple[str, str], tuple[str | None, str]] = {}
+        self._published: dict[_PolicyKey, tuple[int, float]] = {}
+        self.progress: dict[tuple[str, str], Mapping[str, float]] = {}
+        """The last progress each replica reported, by (namespace, Lease name)."""
+
+    # -- the policies' daemons ----------------------------------------------------------------------
+
+    def attach(self, namespace: str, policy: str, clock: LeaseClock) -> None:
+        with self._lock:
+            self._clocks[(namespace, policy)] = clock
+
+    def detach(self, namespace: str, policy: str, clock: LeaseClock) -> None:
+        with self._lock:
+            if self._clocks.get((namespace, policy)) is clock:
+                del self._clocks[(namespace, policy)]
+
+    def note_published(self, namespace: str, policy: str, epoch: int) -> None:
+        """The policy's plan is at `epoch` (noted with the moment this process first saw it)."""
+        with self._lock:
+            known = self._published.get((namespace, policy))
+            if known is None or known[0] < epoch:
+                self._published[(namespace, policy)] = (epoch, self._clock())
+
+    # -- the fence guard ----------------------------------------------------------------------------
+
+    def may_fence(
+        self,
+        namespace: str,
+        policy: str,
+        lease: str,
+        *,
+        incarnation: str | None,
+        version: str,
+        duration_s: float,
+    ) -> bool:
+        """False when a heartbeat was granted within `duration_s` (the replica is alive); else
+        refuse every heartbeat of `incarnation` until the cache moves past `version`."""
+        with self._lock:
+            clock = self._clocks.get((namespace, policy))
+            if clock is not None:
+                heard = clock.heard_at(MemberId(lease))
+                if heard is not None and self._clock() - heard < duration_s:
+                    return False
+            self._refused[(namespace, lease)] = (incarnation, version)
+            return True
+
+    def fence_failed(self, namespace: str, lease: str, *, version: str) -> None:
+        """The fence judged on `version` did not land: the replica wrote (it is alive)."""
+        with self._lock:
+            refused = self._refused.get((namespace, lease))
+            if refused is not None and refused[1] == version:
+                del self._refused[(namespace, lease)]
+
+    # -- answering ----------------------------------------------------------------------------------
+
+    def answer(self, heartbeat: Heartbeat) -> HeartbeatAnswer:
+        if not self._leading():
+            return self._answer(
+                heartbeat,
+                HeartbeatStatus.NOT_LEADER,
+                leader=self._leader_address(),
+                reason="this operator stands by",
+            )
+        lease = self._leases(heartbeat.namespace, heartbeat.lease)
+        try:
+            record = None if lease is None else lease_record((lease.get("metadata") or {}).get("annotations"))
+        except PlanFormatError as e:
+            return self._answer(heartbeat, HeartbeatStatus.REFUSED, reason=f"the Lease is malformed: {e}")
+        reason = grant_refusal(lease, record, heartbeat.incarnation)
+        if lease is None or reason is not None:
+            return self._answer(heartbeat, HeartbeatStatus.REFUSED, reason=reason or "no Lease")
+        meta = lease.get("metadata") or {}
+        policy = str((meta.get("labels") or {}).get(LABEL_POLICY, ""))
+        duration = float((lease.get("spec") or {}).get("leaseDurationSeconds") or 0)
+        key = (heartbeat.namespace, heartbeat.lease)
+        with self._lock:
+            refused = self._refused.get(key)
+            if refused is not None:
+                if refused == (heartbeat.incarnation, str(meta.get("resourceVersion"))):
+                    return self._answer(
+                        heartbeat, HeartbeatStatus.REFUSED, reason="fenced: re-read the Lease"
+                    )
+                del self._refused[key]
+            clock = self._clocks.get((heartbeat.namespace, policy))
+            if clock is None or duration <= 0:
+                return self._answer(
+                    heartbeat, HeartbeatStatus.REFUSED, reason="this operator does not run the policy yet"
+                )
+            now = self._clock()
+            published = self._published.get((heartbeat.namespace, policy))
+            if (
+                heartbeat.seen is not None
+                and published is not None
+                and heartbeat.seen < published[0]
+                and now - published[1] > duration
+            ):
+                return self._answer(
+                    heartbeat,
+                    HeartbeatStatus.REFUSED,
+                    reason=f"plan epoch {published[0]} was published {now - published[1]:.0f} s ago and "
+                    f"this replica has seen only {heartbeat.seen}",
+                )
+            clock.hear(MemberId(heartbeat.lease), now)
+        if heartbeat.progress:
+            self.progress[key] = heartbeat.progress
+        return self._answer(heartbeat, HeartbeatStatus.GRANTED, valid=GRANT_FRACTION * duration)
+
+    def _answer(
+        self,
+        heartbeat: Heartbeat,
+        status: HeartbeatStatus,
+        *,
+        valid: float = 0.0,
+        leader: str | None = None,
+        reason: str = "",
+    ) -> HeartbeatAnswer:
+        if self._metrics is not None:
+            self._metrics.heartbeats.labels(status.value).inc()
+        return HeartbeatAnswer(seq=heartbeat.seq, status=status, valid=valid, leader=leader, reason=reason)
+
+
+class HeartbeatServer:
+    """One UDP socket and one thread: read a datagram, answer it, repeat."""
+
+    def __init__(self, book: HeartbeatBook, host: str, port: int, *, metrics: Metrics | None = None) -> None:
+        self._book = book
+        self._metrics = metrics
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._socket = socket.socket(family, socket.SOCK_DGRAM)
+        self._socket.bind((host, port))
+        self._socket.settimeout(0.5)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="heartbeats", daemon=True)
+        self._malformed_logged = 0.0
+
+    @property
+    def port(self) -> int:
+        return int(self._socket.getsockname()[1])
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self._socket.close()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data, sender = self._socket.recvfrom(2048)
+            except TimeoutError:
+                continue
+            except OSError as e:
+                if self._stop.is_set():
+                    return
+                log.warning("heartbeat socket: %s", e)
+                continue
+            try:
+                answer = self._book.answer(decode_heartbeat(data))
+            except HeartbeatFormatError as e:
+                self._malformed(sender, e)
+                continue
+            except Exception:  # one bad datagram must never stop liveness for everyone
+                log.exception("answering a heartbeat from %s failed", sender)
+                continue
+            try:
+                self._socket.sendto(encode_answer(answer), sender)
+            except OSError as e:
+                log.debug("answering %s: %s", sender, e)
+
+    def _malformed(self, sender: Any, error: HeartbeatFormatError) -> None:
+        if self._metrics is not None:
+            self._metrics.heartbeats.labels("malformed").inc()
+        now = time.monotonic()
+        if now - self._malformed_logged > 60:
+            self._malformed_logged = now
+            log.warning("dropped a datagram from %s that is not a heartbeat: %s", sender, error)

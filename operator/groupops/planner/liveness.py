@@ -1,0 +1,222 @@
+"""Heartbeats: how a consumer replica proves it is alive without writing to the API server
+(docs/design.md §7.5).
+
+Pure: the datagram format both sides speak, and the rule by which the operator grants one. The
+transport is UDP (`controller.heartbeats` serves it, `consumer.heartbeat` sends it): one small
+datagram each way per interval, no connection state per replica; a lost datagram only costs the
+replica one interval of validity, and it falls back to renewing its Lease.
+
+Request (JSON object, at most `MAX_DATAGRAM` bytes):
+    v           1
+    namespace   the policy's namespace
+    lease       the replica's Lease name
+    incarnation the process (must be the Lease's `groupops.dev/incarnation`)
+    seq         increasing per process; the answer echoes it
+    seen        optional: the newest plan epoch the replica has seen (plan delivery); a replica
+                that has not seen a plan published more than a Lease duration ago is refused
+                (it cannot follow plans: its path to the API server is cut)
+    progress    optional {name: seconds} (seconds since the last poll, commit, ...)
+
+Answer:
+    v, seq
+    status      granted | refused | not-leader
+    valid       granted: seconds of validity, counted by the replica from its own send time
+    leader      not-leader: "host:port" of the leader when this operator knows it
+    reason      refused / not-leader: why, in words
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from groupops.planner.plan_format import LeaseRecord
+
+__all__ = [
+    "MAX_DATAGRAM",
+    "Heartbeat",
+    "HeartbeatAnswer",
+    "HeartbeatFormatError",
+    "HeartbeatStatus",
+    "decode_answer",
+    "decode_heartbeat",
+    "encode_answer",
+    "encode_heartbeat",
+    "grant_refusal",
+    "parse_addresses",
+]
+
+MAX_DATAGRAM = 1400
+"""Fits one Ethernet frame: a heartbeat is never fragmented."""
+
+_VERSION = 1
+
+
+class HeartbeatFormatError(ValueError):
+    """A datagram that is not a heartbeat (or answer) of this version; the message says why."""
+
+
+class HeartbeatStatus(StrEnum):
+    GRANTED = "granted"
+    REFUSED = "refused"
+    NOT_LEADER = "not-leader"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Heartbeat:
+    namespace: str
+    lease: str
+    incarnation: str
+    seq: int
+    seen: int | None = None
+    progress: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeartbeatAnswer:
+    seq: int
+    status: HeartbeatStatus
+    valid: float = 0.0
+    leader: str | None = None
+    reason: str = ""
+
+
+def encode_heartbeat(heartbeat: Heartbeat) -> bytes:
+    body = {
+        "v": _VERSION,
+        "namespace": heartbeat.namespace,
+        "lease": heartbeat.lease,
+        "incarnation": heartbeat.incarnation,
+        "seq": heartbeat.seq,
+    }
+    if heartbeat.seen is not None:
+        body["seen"] = heartbeat.seen
+    if heartbeat.progress:
+        body["progress"] = {name: round(value, 3) for name, value in heartbeat.progress.items()}
+    return _fit(body)
+
+
+def decode_heartbeat(data: bytes) -> Heartbeat:
+    body = _object(data)
+    progress = body.get("progress", {})
+    if not isinstance(progress, dict) or not all(
+        isinstance(k, str) and _is_number(v) for k, v in progress.items()
+    ):
+        raise HeartbeatFormatError("progress must be an object of numbers")
+    seen = body.get("seen")
+    if seen is not None and (not isinstance(seen, int) or isinstance(seen, bool)):
+        raise HeartbeatFormatError(f"seen must be an integer epoch, got {seen!r}")
+    return Heartbeat(
+        namespace=_text(body, "namespace"),
+        lease=_text(body, "lease"),
+        incarnation=_text(body, "incarnation"),
+        seq=_seq(body),
+        seen=seen,
+        progress={k: float(v) for k, v in progress.items()},
+    )
+
+
+def encode_answer(answer: HeartbeatAnswer) -> bytes:
+    body: dict[str, Any] = {"v": _VERSION, "seq": answer.seq, "status": answer.status.value}
+    if answer.status is HeartbeatStatus.GRANTED:
+        body["valid"] = round(answer.valid, 3)
+    if answer.leader:
+        body["leader"] = answer.leader
+    if answer.reason:
+        body["reason"] = answer.reason[:300]
+    return _fit(body)
+
+
+def decode_answer(data: bytes) -> HeartbeatAnswer:
+    body = _object(data)
+    try:
+        status = HeartbeatStatus(str(body.get("status")))
+    except ValueError:
+        raise HeartbeatFormatError(f"unknown status {body.get('status')!r}") from None
+    valid = body.get("valid", 0.0)
+    if not _is_number(valid) or valid < 0:
+        raise HeartbeatFormatError(f"valid must be a number of seconds >= 0, got {valid!r}")
+    leader = body.get("leader")
+    if leader is not None and not isinstance(leader, str):
+        raise HeartbeatFormatError("leader must be a string")
+    reason = body.get("reason", "")
+    return HeartbeatAnswer(
+        seq=_seq(body),
+        status=status,
+        valid=float(valid),
+        leader=leader or None,
+        reason=reason if isinstance(reason, str) else "",
+    )
+
+
+def grant_refusal(
+    lease: Mapping[str, Any] | None, record: LeaseRecord | None, incarnation: str
+) -> str | None:
+    """Why the operator must not grant a heartbeat of `incarnation`, judged on the Lease as the
+    operator last saw it (None: grant). A grant is only ever given to the process that holds the
+    Lease in heartbeat mode and has not been fenced: a process that took the Lease from a zombie
+    did so only after the operator's fence named the zombie, so the zombie gets no grant after it."""
+    if lease is None or record is None:
+        return "no Lease"
+    if not (lease.get("spec") or {}).get("holderIdentity"):
+        return "the Lease is not held"
+    if record.incarnation != incarnation:
+        return "the Lease is held by another process"
+    if not record.heartbeats:
+        return "the Lease is not in heartbeat mode"
+    if record.fenced_incarnation == incarnation:
+        return "fenced: re-read the Lease"
+    return None
+
+
+def parse_addresses(text: str) -> tuple[str, ...]:
+    """ "host:port,host:port" -> the addresses; ValueError names the first malformed one."""
+    addresses = tuple(part.strip() for part in text.split(",") if part.strip())
+    for address in addresses:
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"expected host:port, got {address!r}")
+    return addresses
+
+
+def _fit(body: Mapping[str, Any]) -> bytes:
+    data = json.dumps(body, separators=(",", ":"), ensure_ascii=True).encode()
+    if len(data) > MAX_DATAGRAM:
+        raise HeartbeatFormatError(f"{len(data)} bytes, more than {MAX_DATAGRAM}")
+    return data
+
+
+def _object(data: bytes) -> dict[str, Any]:
+    if len(data) > MAX_DATAGRAM:
+        raise HeartbeatFormatError(f"{len(data)} bytes, more than {MAX_DATAGRAM}")
+    try:
+        body = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise HeartbeatFormatError(f"not JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise HeartbeatFormatError("not a JSON object")
+    if body.get("v") != _VERSION:
+        raise HeartbeatFormatError(f"version {body.get('v')!r}, this side speaks {_VERSION}")
+    return body
+
+
+def _text(body: Mapping[str, Any], key: str) -> str:
+    value = body.get(key)
+    if not isinstance(value, str) or not value:
+        raise HeartbeatFormatError(f"{key} must be a non-empty string")
+    return value
+
+
+def _seq(body: Mapping[str, Any]) -> int:
+    seq = body.get("seq")
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+        raise HeartbeatFormatError(f"seq must be an integer >= 0, got {seq!r}")
+    return seq
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -1,0 +1,232 @@
+"""Heartbeats instead of Lease renewals (docs/design.md §7.5), on the real API server with the
+operator's real heartbeat server and the consumer's real Lease keeper:
+
+- at steady state the replica stays valid on heartbeats alone: its Lease is not written;
+- with no operator answering it falls back to renewing the Lease and stays valid;
+- the operator's fence refuses the next heartbeat; the replica re-reads the Lease and raises
+  its floor, and a granted heartbeat needs its acknowledgement of the fence first;
+- a second process of the same identity does not take a Lease in heartbeat mode from a silent
+  holder on its own clock: only once the operator's fence names the silent process.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+
+from groupops.consumer.kube import KubeClient as ConsumerKube
+from groupops.consumer.lease import LeaseKeeper
+from groupops.consumer.settings import LeaseSettings
+from groupops.controller.heartbeats import HeartbeatBook, HeartbeatServer
+from groupops.controller.kube import KubeClient
+from groupops.controller.names import LABEL_POLICY
+from groupops.model import MemberId
+from groupops.planner.handoff import LeaseClock
+from groupops.planner.plan_format import fence_annotations, lease_record
+from tests.e2e.kube_api import KubeApi
+from tests.e2e.waiting import wait_for
+
+pytestmark = pytest.mark.integration
+
+POLICY = "orders"
+LEASE = "orders-worker-0"
+DURATION_S = 2
+
+
+@pytest.fixture
+def client(kube_config: str) -> KubeClient:
+    configuration = k8s_client.Configuration()
+    k8s_config.load_kube_config(config_file=kube_config, client_configuration=configuration)  # type: ignore[no-untyped-call]
+    return KubeClient(k8s_client.ApiClient(configuration))
+
+
+@pytest.fixture
+def namespace(kube_config: str, unique_name: object) -> Iterator[str]:
+    api = KubeApi(kube_config)
+    name = unique_name("beats")  # type: ignore[operator]
+    api.create("Namespace", None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    yield name
+    api.delete("Namespace", None, name)
+    api.close()
+
+
+class Operator:
+    """The operator's side: a book over the live API (no cache) and a UDP server."""
+
+    def __init__(self, client: KubeClient, namespace: str) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.clock = LeaseClock()
+        self.book = HeartbeatBook(
+            leases=lambda ns, name: client.get("coordination.k8s.io/v1", "Lease", ns, name),
+            leading=lambda: True,
+            leader_address=lambda: None,
+        )
+        self.book.attach(namespace, POLICY, self.clock)
+        self.server = HeartbeatServer(self.book, "127.0.0.1", 0)
+        self.server.start()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.server.port}"
+
+    def lease(self) -> dict[str, Any]:
+        lease = self.client.get("coordination.k8s.io/v1", "Lease", self.namespace, LEASE)
+        assert lease is not None
+        return lease
+
+    def fence(self, epoch: int) -> bool:
+        """As the reconcile's fence: the guard, then compare-and-swap on the version read."""
+        lease = self.lease()
+        meta = lease["metadata"]
+        incarnation = lease_record(meta.get("annotations")).incarnation
+        if not self.book.may_fence(
+            self.namespace,
+            POLICY,
+            LEASE,
+            incarnation=incarnation,
+            version=meta["resourceVersion"],
+            duration_s=DURATION_S,
+        ):
+            return False
+        self.client.patch(
+            "coordination.k8s.io/v1",
+            "Lease",
+            self.namespace,
+            LEASE,
+            {
+                "metadata": {
+                    "resourceVersion": meta["resourceVersion"],
+                    "annotations": fence_annotations(epoch, incarnation),
+                }
+            },
+        )
+        return True
+
+
+def create_lease(client: KubeClient, namespace: str) -> None:
+    client.create(
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": LEASE, "namespace": namespace, "labels": {LABEL_POLICY: POLICY}},
+            "spec": {"leaseDurationSeconds": DURATION_S},
+        }
+    )
+
+
+def keeper(kube_config: str, namespace: str, addresses: tuple[str, ...], incarnation: str) -> LeaseKeeper:
+    settings = LeaseSettings(
+        duration_s=DURATION_S,
+        renew_interval_s=0.25,
+        renew_deadline_s=DURATION_S * 0.75,
+        request_timeout_s=0.5,
+        heartbeat_addresses=addresses,
+    )
+    kube = ConsumerKube.connect(namespace, kubeconfig=kube_config, timeout_s=1.0)
+    return LeaseKeeper(
+        kube, settings, name=LEASE, policy=POLICY, identity="worker-0", incarnation=incarnation
+    )
+
+
+@pytest.fixture
+def operator(client: KubeClient, namespace: str) -> Iterator[Operator]:
+    create_lease(client, namespace)
+    operator = Operator(client, namespace)
+    yield operator
+    operator.server.stop()
+
+
+def version(operator: Operator) -> str:
+    return str(operator.lease()["metadata"]["resourceVersion"])
+
+
+def test_a_replica_stays_valid_on_heartbeats_without_writing_its_lease(
+    kube_config: str, namespace: str, operator: Operator
+) -> None:
+    replica = keeper(kube_config, namespace, (operator.address,), "first")
+    assert replica.acquire(threading.Event())
+    replica.start()
+    try:
+        wait_for("a granted heartbeat", lambda: replica.heartbeats_granted > 0, 10, interval=0.05)
+        before, writes = version(operator), replica.renewals
+        for _ in range(12):  # 3 s: longer than the Lease duration and the validity of one write
+            time.sleep(0.25)
+            assert replica.valid(), "a replica whose heartbeats are granted stays valid"
+        assert version(operator) == before, "the Lease was written at steady state"
+        assert replica.renewals == writes
+        assert replica.heartbeats_granted >= 8
+        silent = operator.clock.unchanged_for(MemberId(LEASE), time.monotonic())
+        assert silent is not None and silent < 1.0, "the operator's clock hears the heartbeats"
+        assert lease_record(operator.lease()["metadata"]["annotations"]).heartbeats
+
+        # No operator answers: the replica renews its Lease instead and stays valid.
+        operator.server.stop()
+        writes = replica.renewals
+        for _ in range(12):
+            time.sleep(0.25)
+            assert replica.valid(), "an operator outage must not stop a live replica"
+        assert replica.renewals >= writes + 6
+        assert version(operator) != before
+    finally:
+        replica.stop()
+
+
+def test_a_fence_refuses_the_next_heartbeat_and_the_replica_learns_its_floor(
+    kube_config: str, namespace: str, operator: Operator
+) -> None:
+    replica = keeper(kube_config, namespace, (operator.address,), "first")
+    assert replica.acquire(threading.Event())
+    replica.start()
+    try:
+        wait_for("a granted heartbeat", lambda: replica.heartbeats_granted > 0, 10, interval=0.05)
+        assert not operator.fence(7), "a replica heard within the duration is alive: no fence"
+        replica.stop()  # silent from now on, as a frozen process
+        time.sleep(DURATION_S + 0.2)
+        assert not replica.valid(), "a silent replica's validity ends before the operator judges it"
+        assert operator.fence(7)
+        assert lease_record(operator.lease()["metadata"]["annotations"]).fenced_incarnation == "first"
+        granted = replica.heartbeats_granted
+        assert not replica.beat_once(), "a fenced incarnation is refused"
+        assert replica.heartbeats_granted == granted
+        assert replica.floor == 7, "the refusal made it re-read the Lease and see the fence"
+        assert replica.renew_once(), "it acknowledges the fence with a Lease write"
+        record = lease_record(operator.lease()["metadata"]["annotations"])
+        assert record.fenced_incarnation is None and record.released_through == 7
+        assert replica.beat_once(), "once acknowledged, its heartbeats are granted again"
+    finally:
+        replica.stop()
+
+
+def test_a_new_process_takes_a_heartbeat_lease_only_once_the_operator_fenced_the_old_one(
+    kube_config: str, namespace: str, operator: Operator
+) -> None:
+    zombie = keeper(kube_config, namespace, (operator.address,), "zombie")
+    assert zombie.acquire(threading.Event())
+    zombie.start()
+    wait_for("a granted heartbeat", lambda: zombie.heartbeats_granted > 0, 10, interval=0.05)
+    successor = keeper(kube_config, namespace, (operator.address,), "successor")
+    stop = threading.Event()
+    taken: list[bool] = []
+    thread = threading.Thread(target=lambda: taken.append(successor.acquire(stop)), daemon=True)
+    thread.start()
+    try:
+        time.sleep(3 * DURATION_S)  # the Lease is unchanged all along: the zombie only sends heartbeats
+        assert not taken, "a successor took the Lease beside a holder that still gets heartbeats granted"
+        assert zombie.valid()
+        zombie.stop()
+        wait_for("the zombie silent for the duration", lambda: operator.fence(3), 10, interval=0.2)
+        thread.join(timeout=10)
+        assert taken == [True]
+        assert successor.floor == 3
+        assert not zombie.beat_once(), "the old incarnation gets no grant after the takeover"
+    finally:
+        stop.set()
+        zombie.stop()
+        successor.stop()

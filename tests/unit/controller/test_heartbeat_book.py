@@ -1,0 +1,116 @@
+"""The operator's heartbeat book (controller/heartbeats.py): who is granted, and the fence guard
+that makes "judged silent" and "granted" exclusive."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from groupops.controller.heartbeats import GRANT_FRACTION, HeartbeatBook
+from groupops.controller.names import LABEL_POLICY
+from groupops.model import MemberId
+from groupops.planner.handoff import LeaseClock
+from groupops.planner.liveness import Heartbeat, HeartbeatStatus
+from groupops.planner.plan_format import LeaseRecord, fence_annotations, lease_record_annotations
+
+NS, POLICY, LEASE = "team", "orders", "orders-worker-0"
+
+
+class World:
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.leading = True
+        self.lease: dict[str, Any] | None = self.lease_object(
+            "rv1", LeaseRecord(incarnation="p1", heartbeats=True)
+        )
+        self.book = HeartbeatBook(
+            leases=lambda ns, name: self.lease if (ns, name) == (NS, LEASE) else None,
+            leading=lambda: self.leading,
+            leader_address=lambda: "10.0.0.9:7946",
+            clock=lambda: self.now,
+        )
+        self.clock = LeaseClock()
+        self.book.attach(NS, POLICY, self.clock)
+
+    @staticmethod
+    def lease_object(version: str, record: LeaseRecord, holder: str = "worker-0") -> dict[str, Any]:
+        return {
+            "metadata": {
+                "name": LEASE,
+                "resourceVersion": version,
+                "labels": {LABEL_POLICY: POLICY},
+                "annotations": lease_record_annotations(record, "worker-0"),
+            },
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 4},
+        }
+
+    def beat(self, incarnation: str = "p1", seen: int | None = None) -> HeartbeatStatus:
+        heartbeat = Heartbeat(namespace=NS, lease=LEASE, incarnation=incarnation, seq=1, seen=seen)
+        return self.book.answer(heartbeat).status
+
+
+def test_a_grant_is_noted_on_the_policy_clock_with_three_quarters_of_the_lease() -> None:
+    world = World()
+    answer = world.book.answer(Heartbeat(namespace=NS, lease=LEASE, incarnation="p1", seq=9))
+    assert answer.status is HeartbeatStatus.GRANTED and answer.seq == 9
+    assert answer.valid == GRANT_FRACTION * 4
+    assert world.clock.heard_at(MemberId(LEASE)) == 100.0
+
+
+def test_a_standby_names_the_leader_and_grants_nothing() -> None:
+    world = World()
+    world.leading = False
+    answer = world.book.answer(Heartbeat(namespace=NS, lease=LEASE, incarnation="p1", seq=1))
+    assert answer.status is HeartbeatStatus.NOT_LEADER and answer.leader == "10.0.0.9:7946"
+    assert world.clock.heard_at(MemberId(LEASE)) is None
+
+
+def test_another_process_a_detached_policy_or_a_missing_lease_are_refused() -> None:
+    world = World()
+    assert world.beat("p2") is HeartbeatStatus.REFUSED
+    world.book.detach(NS, POLICY, world.clock)
+    assert world.beat() is HeartbeatStatus.REFUSED
+    world.book.attach(NS, POLICY, world.clock)
+    world.lease = None
+    assert world.beat() is HeartbeatStatus.REFUSED
+    assert world.clock.heard_at(MemberId(LEASE)) is None
+
+
+def test_the_fence_guard_and_a_grant_exclude_each_other() -> None:
+    world = World()
+    assert world.beat() is HeartbeatStatus.GRANTED
+    world.now += 3.0
+    assert not world.book.may_fence(NS, POLICY, LEASE, incarnation="p1", version="rv1", duration_s=4.0)
+    world.now += 1.5
+    assert world.book.may_fence(NS, POLICY, LEASE, incarnation="p1", version="rv1", duration_s=4.0)
+    # The cache still shows the version the fence was judged on: no grant until it moves on.
+    assert world.beat() is HeartbeatStatus.REFUSED
+    # The fence landed: the Lease names the fenced incarnation.
+    world.lease = World.lease_object("rv2", LeaseRecord(incarnation="p1", heartbeats=True))
+    world.lease["metadata"]["annotations"].update(fence_annotations(3, "p1"))
+    assert world.beat() is HeartbeatStatus.REFUSED
+    # The replica acknowledged the fence with its own write: granted again.
+    world.lease = World.lease_object(
+        "rv3", LeaseRecord(incarnation="p1", heartbeats=True, released_through=3)
+    )
+    assert world.beat() is HeartbeatStatus.GRANTED
+
+
+def test_a_fence_that_lost_its_compare_and_swap_lifts_the_refusal() -> None:
+    world = World()
+    world.now += 10
+    assert world.book.may_fence(NS, POLICY, LEASE, incarnation="p1", version="rv1", duration_s=4.0)
+    world.book.fence_failed(NS, LEASE, version="rv0")  # another judgement's: not ours to lift
+    assert world.beat() is HeartbeatStatus.REFUSED
+    world.book.fence_failed(NS, LEASE, version="rv1")
+    assert world.beat() is HeartbeatStatus.GRANTED
+
+
+def test_a_replica_that_has_not_seen_a_plan_for_a_lease_duration_is_refused() -> None:
+    world = World()
+    world.book.note_published(NS, POLICY, 5)
+    assert world.beat(seen=4) is HeartbeatStatus.GRANTED, "a plan just published: it may not have arrived"
+    world.now += 4.5
+    world.book.note_published(NS, POLICY, 5)  # noting the same epoch again keeps its first moment
+    assert world.beat(seen=4) is HeartbeatStatus.REFUSED
+    assert world.beat(seen=5) is HeartbeatStatus.GRANTED
+    assert world.beat(seen=None) is HeartbeatStatus.GRANTED, "native replicas follow no plan"

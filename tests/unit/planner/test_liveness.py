@@ -1,0 +1,147 @@
+"""The heartbeat datagrams and the grant rule (docs/design.md §7.5), and how a heard heartbeat
+counts on the operator's `LeaseClock`."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from groupops.model import MemberId
+from groupops.planner.handoff import LeaseClock
+from groupops.planner.liveness import (
+    MAX_DATAGRAM,
+    Heartbeat,
+    HeartbeatAnswer,
+    HeartbeatFormatError,
+    HeartbeatStatus,
+    decode_answer,
+    decode_heartbeat,
+    encode_answer,
+    encode_heartbeat,
+    grant_refusal,
+    parse_addresses,
+)
+from groupops.planner.plan_format import LeaseRecord
+
+names = st.text(st.characters(codec="ascii", categories=("L", "N")), min_size=1, max_size=60)
+
+
+@given(
+    namespace=names,
+    lease=names,
+    incarnation=names,
+    seq=st.integers(0, 2**53),
+    seen=st.none() | st.integers(-1, 2**31),
+    progress=st.dictionaries(names, st.floats(0, 1e6), max_size=4),
+)
+def test_a_heartbeat_reads_back_as_it_was_sent(
+    namespace: str, lease: str, incarnation: str, seq: int, seen: int | None, progress: dict[str, float]
+) -> None:
+    sent = Heartbeat(
+        namespace=namespace, lease=lease, incarnation=incarnation, seq=seq, seen=seen, progress=progress
+    )
+    data = encode_heartbeat(sent)
+    assert len(data) <= MAX_DATAGRAM
+    received = decode_heartbeat(data)
+    assert (received.namespace, received.lease, received.incarnation, received.seq, received.seen) == (
+        namespace,
+        lease,
+        incarnation,
+        seq,
+        seen,
+    )
+    assert received.progress == pytest.approx({k: round(v, 3) for k, v in progress.items()})
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        HeartbeatAnswer(seq=4, status=HeartbeatStatus.GRANTED, valid=3.0),
+        HeartbeatAnswer(seq=5, status=HeartbeatStatus.REFUSED, reason="fenced: re-read the Lease"),
+        HeartbeatAnswer(seq=6, status=HeartbeatStatus.NOT_LEADER, leader="10.0.0.7:7946", reason="standby"),
+    ],
+)
+def test_an_answer_reads_back_as_it_was_sent(answer: HeartbeatAnswer) -> None:
+    assert decode_answer(encode_answer(answer)) == answer
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (b"\xff\xfe", "not JSON"),
+        (b"[1]", "not a JSON object"),
+        (b'{"v": 2, "seq": 1}', "version 2"),
+        (b'{"v": 1, "namespace": "a", "lease": "b", "incarnation": "c"}', "seq"),
+        (b'{"v": 1, "namespace": "", "lease": "b", "incarnation": "c", "seq": 1}', "namespace"),
+        (b'{"v": 1, "namespace": "a", "lease": "b", "incarnation": "c", "seq": true}', "seq"),
+        (b'{"v": 1, "namespace": "a", "lease": "b", "incarnation": "c", "seq": 1, "seen": "x"}', "seen"),
+        (
+            b'{"v": 1, "namespace": "a", "lease": "b", "incarnation": "c", "seq": 1, "progress": [1]}',
+            "progress",
+        ),
+        (b"{" + b" " * MAX_DATAGRAM + b"}", "more than"),
+    ],
+)
+def test_a_datagram_that_is_not_a_heartbeat_is_named_as_such(data: bytes, problem: str) -> None:
+    with pytest.raises(HeartbeatFormatError, match=problem):
+        decode_heartbeat(data)
+
+
+def test_an_answer_with_an_unknown_status_or_negative_validity_is_refused() -> None:
+    with pytest.raises(HeartbeatFormatError, match="unknown status"):
+        decode_answer(b'{"v": 1, "seq": 1, "status": "maybe"}')
+    with pytest.raises(HeartbeatFormatError, match="valid"):
+        decode_answer(b'{"v": 1, "seq": 1, "status": "granted", "valid": -1}')
+
+
+def _lease(holder: str | None = "worker-0") -> dict[str, object]:
+    return {"spec": {"holderIdentity": holder} if holder else {}}
+
+
+@pytest.mark.parametrize(
+    ("lease", "record", "reason"),
+    [
+        (None, None, "no Lease"),
+        (_lease(None), LeaseRecord(incarnation="a", heartbeats=True), "not held"),
+        (_lease(), LeaseRecord(incarnation="b", heartbeats=True), "another process"),
+        (_lease(), LeaseRecord(incarnation="a", heartbeats=False), "not in heartbeat mode"),
+        (_lease(), LeaseRecord(incarnation="a", heartbeats=True, fenced_incarnation="a"), "fenced"),
+        (_lease(), LeaseRecord(incarnation="a", heartbeats=True, fenced_incarnation="old"), None),
+        (_lease(), LeaseRecord(incarnation="a", heartbeats=True), None),
+    ],
+)
+def test_only_the_unfenced_holder_in_heartbeat_mode_is_granted(
+    lease: dict[str, object] | None, record: LeaseRecord | None, reason: str | None
+) -> None:
+    refusal = grant_refusal(lease, record, "a")
+    if reason is None:
+        assert refusal is None
+    else:
+        assert refusal is not None and reason in refusal
+
+
+def test_addresses_are_host_port_pairs() -> None:
+    assert parse_addresses(" a.svc:7946, 10.0.0.1:1 ,") == ("a.svc:7946", "10.0.0.1:1")
+    for bad in ("nohost", ":7946", "a:0", "a:70000", "a:x"):
+        with pytest.raises(ValueError, match="host:port"):
+            parse_addresses(bad)
+
+
+A = MemberId("orders-worker-0")
+
+
+def test_a_lease_is_silent_only_when_neither_its_version_nor_a_heartbeat_moved() -> None:
+    clock = LeaseClock()
+    clock.observe(A, "rv1", now=0.0, lifetime=4.0)
+    clock.hear(A, now=3.0)
+    assert not clock.expired(A, now=6.9, duration_s=4.0)
+    assert clock.expired(A, now=7.0, duration_s=4.0)
+    assert clock.next_expiry(after=0.0) == 7.0
+    clock.hear(A, now=2.0)  # a late, older note never moves the moment back
+    assert clock.heard_at(A) == 3.0
+    clock.observe(A, "rv2", now=8.0, lifetime=4.0)  # a Lease write counts as well
+    assert not clock.expired(A, now=11.9, duration_s=4.0)
+    assert clock.next_expiry(after=7.0) == 12.0
+    clock.forget(A)
+    assert clock.heard_at(A) is None and clock.unchanged_for(A, now=20.0) is None
