@@ -19,6 +19,7 @@ from groupops.controller.cache import Caches, Reader
 from groupops.controller.events import EventSink
 from groupops.controller.heartbeats import HeartbeatBook
 from groupops.controller.kube import KubeClient
+from groupops.controller.lagfleet import KafkaClusterReaders
 from groupops.controller.lagread import PolicyLag
 from groupops.controller.metrics import Metrics
 from groupops.controller.render_common import PolicyRef
@@ -96,6 +97,9 @@ class Deps:
     construction). Every plan write checks it and records its term."""
     heartbeats: HeartbeatBook | None = None
     """Consumer heartbeats this operator answers (docs/design.md §7.5); None: Leases only."""
+    kafka_readers: KafkaClusterReaders | None = None
+    """One reader per Kafka connection for `kafka` lag sources (docs/design.md §8.4); None: a
+    client per read (tools, unit tests)."""
 
     @property
     def reader(self) -> Reader:

@@ -24,6 +24,7 @@ from groupops.controller.events import EventSink
 from groupops.controller.handlers import build_registry
 from groupops.controller.heartbeats import HeartbeatBook, HeartbeatServer
 from groupops.controller.kube import KubeClient
+from groupops.controller.lagfleet import KafkaClusterReaders
 from groupops.controller.leader import LeaderElector
 from groupops.controller.metrics import Metrics
 from groupops.controller.reconcile import Deps
@@ -81,7 +82,9 @@ def run_operator(settings: Settings, *, verbose: bool = False) -> None:
             return
         metrics.leader_term.set(elector.term)
         elector.start_renewing(_exit_on_lost_leadership)
-    lag_pool = ThreadPoolExecutor(max_workers=settings.reconcile.workers, thread_name_prefix="lag")
+    # Lag reads mostly wait on a source; more of them in flight make bigger ListOffsets rounds (§8.4).
+    lag_pool = ThreadPoolExecutor(max_workers=4 * settings.reconcile.workers, thread_name_prefix="lag")
+    kafka_readers = KafkaClusterReaders(metrics)  # one AdminClient per connection (docs/design.md §8.4)
     deps = Deps(
         client=client,
         settings=settings,
@@ -93,6 +96,7 @@ def run_operator(settings: Settings, *, verbose: bool = False) -> None:
         lag_pool=lag_pool,
         leadership=elector,
         heartbeats=None if heartbeats is None else heartbeats[0],
+        kafka_readers=kafka_readers,
     )
     try:
         kopf.run(
@@ -104,6 +108,7 @@ def run_operator(settings: Settings, *, verbose: bool = False) -> None:
         )
     finally:
         lag_pool.shutdown(wait=False, cancel_futures=True)
+        kafka_readers.close()
         if heartbeats is not None:
             heartbeats[1].stop()
         if elector is not None:

@@ -114,6 +114,23 @@ class Metrics:
             registry=self.registry,
         )
 
+        # -- Kafka lag readers (controller/lagfleet.py): one client per connection, batched calls
+        self.kafka_admin_clients = Counter(
+            "groupops_operator_kafka_admin_clients",
+            "Kafka AdminClients created for lag reads, by cluster (bootstrap servers): one per "
+            "connection while it is in use, again after an idle close or a refused login.",
+            ("cluster",),
+            registry=self.registry,
+        )
+        self.kafka_admin_requests = Counter(
+            "groupops_operator_kafka_admin_requests",
+            "Admin API calls of the lag reads, by cluster and request (DescribeGroups, DescribeTopics, "
+            "OffsetFetch, ListOffsets); a ListOffsets call asks the log starts, or the log ends, of "
+            "every partition of every policy read in the same round.",
+            ("cluster", "request"),
+            registry=self.registry,
+        )
+
     def count_request(self, verb: str, kind: str) -> None:
         self.api_requests.labels(verb, kind).inc()
 

@@ -70,6 +70,7 @@ from groupops.lag import (
     LagAuthorizationError,
     LagError,
     LagSnapshot,
+    LagSource,
     LagSourceConfigError,
     LagSourceUnavailable,
     UnknownTopicError,
@@ -301,7 +302,11 @@ def _read_lag(
     )
 
     def read() -> LagSnapshot:
-        source = build_lag_source(spec.lag_source.type, spec.lag_source.settings, context)
+        readers = run.deps.kafka_readers
+        if spec.lag_source.type == "kafka" and readers is not None:
+            source: LagSource = readers.source(spec.lag_source.settings, context)
+        else:
+            source = build_lag_source(spec.lag_source.type, spec.lag_source.settings, context)
         try:
             return source.read(spec.group_id, list(spec.topics))
         finally:
