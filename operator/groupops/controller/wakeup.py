@@ -7,8 +7,9 @@ Each policy has one loop (a kopf daemon in `handlers`) that reconciles every tic
   follows an acknowledgement at once instead of at the next tick. Renewals alone do not wake the
   loop: they only move the operator's `LeaseClock`.
 - a held Lease runs out by the operator's clock (`LeaseClock.next_expiry`): the loop sleeps until
-  exactly then, so a crashed replica is replaced one lease duration after its last renewal, not
-  up to a tick later.
+  exactly then, so a crashed replica is replaced one lease duration after its last renewal (or
+  granted heartbeat), not up to a tick later. A heartbeat moves that moment without waking the
+  loop: when the loop wakes at the old moment it finds nothing due and sleeps again.
 
 The watch that feeds this runs in kopf's event loop; `Wakeup` is only touched from that loop.
 """

@@ -20,6 +20,7 @@ from groupops.assign import STRATEGY_NAMES, get_strategy
 from groupops.assign.invariants import check_assignment
 from groupops.assign.stats import compute_stats
 from groupops.model import Assignment, AssignOptions, GroupInput, Member, MemberId, TopicPartition
+from tests.unit.assign.test_cooperative_sticky import KAFKA_MAX_FOLLOW_UPS
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # Prefixes that Java and Python order differently from naive expectations: "B" < "a", "C10" < "C2".
@@ -169,7 +170,15 @@ class TestEveryStrategy:
     @SETTINGS
     @given(group=groups(with_cap=False))
     def test_fed_its_own_answer_nothing_moves(self, name: str, group: GroupInput) -> None:
-        again = fed_back(group, run(name, group))
+        answer = run(name, group)
+        if name == "cooperative-sticky":
+            # Its first answers withhold partitions that change owner, and with unequal
+            # subscriptions the sticky target can move while they are handed out (Kafka's too):
+            # its own answer is the one it reaches after Kafka's follow-up rebalances.
+            for _ in range(KAFKA_MAX_FOLLOW_UPS):
+                group = fed_back(group, answer)
+                answer = run(name, group)
+        again = fed_back(group, answer)
         assert compute_stats(again, run(name, again))["moves"] == 0
 
 
