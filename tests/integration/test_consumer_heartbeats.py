@@ -20,12 +20,12 @@ import pytest
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
-from groupops.consumer.kube import KubeClient as ConsumerKube
+from groupops.consumer.kube import ReplicaKube
 from groupops.consumer.lease import LeaseKeeper
 from groupops.consumer.settings import LeaseSettings
 from groupops.controller.heartbeats import HeartbeatBook, HeartbeatServer
-from groupops.controller.kube import KubeClient
 from groupops.controller.names import LABEL_POLICY
+from groupops.kubeapi import KubeClient
 from groupops.model import MemberId
 from groupops.planner.handoff import LeaseClock
 from groupops.planner.plan_format import fence_annotations, lease_record
@@ -129,7 +129,7 @@ def keeper(kube_config: str, namespace: str, addresses: tuple[str, ...], incarna
         request_timeout_s=0.5,
         heartbeat_addresses=addresses,
     )
-    kube = ConsumerKube.connect(namespace, kubeconfig=kube_config, timeout_s=1.0)
+    kube = ReplicaKube.connect(namespace, kubeconfig=kube_config, timeout_s=1.0)
     return LeaseKeeper(
         kube, settings, name=LEASE, policy=POLICY, identity="worker-0", incarnation=incarnation
     )

@@ -12,9 +12,9 @@ import pytest
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
-from groupops.controller.kube import KubeClient
 from groupops.controller.leader import LeaderElector
 from groupops.controller.settings import ElectionSettings
+from groupops.kubeapi import KubeClient
 from tests.e2e.kube_api import KubeApi
 from tests.e2e.waiting import wait_for
 

@@ -17,9 +17,9 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from groupops.controller.cache import Caches, WatchCache
-from groupops.controller.kube import Expired, KubeClient, WatchStream
 from groupops.controller.metrics import Metrics
 from groupops.controller.names import LABEL_MANAGED_BY, LABEL_POLICY, MANAGED_BY
+from groupops.kubeapi import Expired, KubeClient, WatchStream
 from tests.e2e.waiting import wait_for
 
 pytestmark = pytest.mark.integration

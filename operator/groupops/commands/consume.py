@@ -67,6 +67,7 @@ def consume_command(
         load_processor,
         make_runtime,
     )
+    from groupops.kubeapi import KubeError  # noqa: PLC0415 - the Kubernetes client loads only here
 
     overrides = {
         "GROUPOPS_POLICY": policy,
@@ -106,7 +107,7 @@ def consume_command(
         runtime.run()
     except ConsumerConfigError as e:  # the metrics port cannot be bound
         fail(f"{e.message} ({_flag_of(e.field)})", code=BAD_INPUT)
-    except ConsumerError as e:
+    except (ConsumerError, KubeError) as e:
         fail(str(e), code=RUNTIME_FAILURE)
 
 

@@ -20,7 +20,6 @@ from groupops.consumer.errors import (
     ConsumerConfigError,
     ConsumerError,
     KafkaFailure,
-    KubeError,
     LeaseLostError,
 )
 from groupops.consumer.native import NativeRuntime
@@ -34,7 +33,6 @@ __all__ = [
     "ConsumerError",
     "Delivery",
     "KafkaFailure",
-    "KubeError",
     "LeaseLostError",
     "NativeRuntime",
     "PlanRuntime",

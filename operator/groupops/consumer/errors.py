@@ -2,13 +2,11 @@
 
 ConsumerError
 ├── ConsumerConfigError     bad settings (environment, flags); `field` names which one
-├── KubeError               the API server said no or could not be reached
-│   ├── KubeConflict        a compare-and-swap lost (someone wrote since we read)
-│   ├── KubeNotFound
-│   ├── KubeForbidden       RBAC refuses the verb (the consumer may only get/update)
-│   └── KubeUnavailable     timeout, refused connection, 5xx: transient
 ├── LeaseLostError          another process took this identity's Lease: this one must stop
 └── KafkaFailure            the Kafka client failed in a way the runtime cannot ride out
+
+Kubernetes API failures are the operator's tree, `groupops.kubeapi.KubeError` (Conflict,
+AlreadyExists, NotFound, Forbidden, Transient, ...): one client and one error tree for both.
 """
 
 from __future__ import annotations
@@ -17,11 +15,6 @@ __all__ = [
     "ConsumerConfigError",
     "ConsumerError",
     "KafkaFailure",
-    "KubeConflict",
-    "KubeError",
-    "KubeForbidden",
-    "KubeNotFound",
-    "KubeUnavailable",
     "LeaseLostError",
 ]
 
@@ -37,30 +30,6 @@ class ConsumerConfigError(ConsumerError):
         super().__init__(f"{message} ({field})")
         self.field = field
         self.message = message
-
-
-class KubeError(ConsumerError):
-    """A Kubernetes API call failed; `status` is the HTTP status (0 when none came back)."""
-
-    def __init__(self, message: str, *, status: int = 0) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class KubeConflict(KubeError):
-    """409: the object changed since the resourceVersion we wrote against."""
-
-
-class KubeNotFound(KubeError):
-    """404."""
-
-
-class KubeForbidden(KubeError):
-    """403: the ServiceAccount may not do this."""
-
-
-class KubeUnavailable(KubeError):
-    """No usable answer: timeout, connection refused or reset, 429 or 5xx. Retry later."""
 
 
 class LeaseLostError(ConsumerError):

@@ -44,10 +44,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from groupops.consumer.errors import KubeConflict, KubeError, KubeForbidden
 from groupops.consumer.heartbeat import HeartbeatClient
-from groupops.consumer.kube import KubeClient
+from groupops.consumer.kube import ReplicaKube
 from groupops.consumer.settings import LeaseSettings
+from groupops.kubeapi import AlreadyExists, Conflict, Forbidden, KubeError
 from groupops.model import MemberId, TopicPartition
 from groupops.planner.handoff import LeaseClock
 from groupops.planner.liveness import Heartbeat, HeartbeatStatus
@@ -77,7 +77,7 @@ class LeaseKeeper:
 
     def __init__(
         self,
-        kube: KubeClient,
+        kube: ReplicaKube,
         settings: LeaseSettings,
         *,
         name: str,
@@ -172,7 +172,7 @@ class LeaseKeeper:
                         holder,
                     )
                     waiting_logged = True
-            except KubeForbidden as e:
+            except Forbidden as e:
                 log.warning(
                     "cannot create Lease %s (%s); waiting for the operator to create it", self.name, e
                 )
@@ -216,7 +216,7 @@ class LeaseKeeper:
                 return False
             try:
                 self._object = self._kube.update_lease(body)
-            except KubeConflict:
+            except Conflict:
                 if not self._reread():
                     return False
                 continue
@@ -272,7 +272,7 @@ class LeaseKeeper:
                 return False
             try:
                 written = self._kube.update_lease(body)
-            except KubeConflict:
+            except Conflict:
                 if not self._reread():
                     return False
                 continue
@@ -413,7 +413,7 @@ class LeaseKeeper:
             return False
         try:
             written = self._kube.update_lease(body)
-        except KubeConflict:
+        except Conflict:
             return False
         self._written(written, sent, record)
         log.info("took Lease %s (floor %d)", self.name, self.floor)
@@ -445,7 +445,7 @@ class LeaseKeeper:
             return False
         try:
             written = self._kube.create_lease(body)
-        except KubeConflict:
+        except (Conflict, AlreadyExists):
             return False
         self._written(written, sent, record)
         log.info("created and took Lease %s", self.name)

@@ -35,13 +35,14 @@ from confluent_kafka import TopicPartition as KafkaPartition
 
 from groupops.consumer.errors import ConsumerError, KafkaFailure, LeaseLostError
 from groupops.consumer.journal import Journal, open_journal
-from groupops.consumer.kube import KubeClient
+from groupops.consumer.kube import ReplicaKube
 from groupops.consumer.lease import LeaseKeeper
 from groupops.consumer.metrics import ConsumerMetrics
 from groupops.consumer.processors import Processor
 from groupops.consumer.progress import ProgressWatchdog, Sample, Stuck
 from groupops.consumer.runtime import BrokerProbe, ProcessingError, kafka_config, surrender_when_stuck
 from groupops.consumer.settings import NATIVE_STRATEGIES, RuntimeSettings
+from groupops.kubeapi import KubeError
 from groupops.model import TopicPartition
 from groupops.planner.plan_format import LeaseState
 
@@ -91,7 +92,7 @@ class NativeRuntime:
 
     def _run(self) -> None:
         settings = self.settings
-        kube = KubeClient.connect(
+        kube = ReplicaKube.connect(
             settings.namespace, kubeconfig=settings.kubeconfig, timeout_s=settings.lease.request_timeout_s
         )
         self._keeper = LeaseKeeper(
@@ -265,7 +266,7 @@ class NativeRuntime:
                 self._commit(None, asynchronous=False)
                 self._consumer.close()
                 self._consumer = None
-        except (KafkaException, RuntimeError, ConsumerError) as e:
+        except (KafkaException, RuntimeError, ConsumerError, KubeError) as e:
             log.error("closing the consumer failed: %s", e)
         finally:
             if self._keeper is not None and not self._keeper.lost:

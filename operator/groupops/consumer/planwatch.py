@@ -3,7 +3,7 @@
 Who calls it: the plan-delivery runtime. `latest` is the newest plan seen (epochs only go up:
 an older or equal epoch is ignored); `on_change` is called from the watch thread whenever it
 changes, so the main loop can wake up. After a fence the runtime re-reads the ConfigMap itself
-(`KubeClient.get_configmap`) and hands the object to `offer`, because a watch that was cut off
+(`ReplicaKube.get_configmap`) and hands the object to `offer`, because a watch that was cut off
 may not have noticed yet.
 
 The watch starts without a resourceVersion (the first event is the current object), resumes
@@ -18,8 +18,8 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from groupops.consumer.errors import KubeConflict, KubeError
-from groupops.consumer.kube import KubeClient
+from groupops.consumer.kube import ReplicaKube
+from groupops.kubeapi import Expired, KubeError
 from groupops.planner.plan_format import PlanFormatError, PublishedPlan, plan_from_configmap
 
 __all__ = ["PlanWatcher"]
@@ -32,7 +32,7 @@ _BACKOFF_MAX_S = 5.0
 
 
 class PlanWatcher:
-    def __init__(self, kube: KubeClient, name: str, *, on_change: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, kube: ReplicaKube, name: str, *, on_change: Callable[[], None] = lambda: None) -> None:
         self._kube = kube
         self.name = name
         self._on_change = on_change
@@ -93,7 +93,7 @@ class PlanWatcher:
                         self.offer(obj)
                     if self._stop.is_set():
                         return
-            except KubeConflict:
+            except Expired:
                 resource_version = None  # expired: start over from the current object
                 continue
             except KubeError as e:

@@ -63,17 +63,17 @@ from groupops.consumer import ownership
 from groupops.consumer.errors import (
     ConsumerError,
     KafkaFailure,
-    KubeError,
     LeaseLostError,
 )
 from groupops.consumer.journal import Journal, open_journal
-from groupops.consumer.kube import KubeClient
+from groupops.consumer.kube import ReplicaKube
 from groupops.consumer.lease import LeaseKeeper
 from groupops.consumer.metrics import ConsumerMetrics
 from groupops.consumer.planwatch import PlanWatcher
 from groupops.consumer.processors import Processor
 from groupops.consumer.progress import EXIT_STUCK, ProgressWatchdog, Sample, Stuck
 from groupops.consumer.settings import RuntimeSettings
+from groupops.kubeapi import KubeError
 from groupops.model import MemberId, TopicPartition
 from groupops.planner.plan_format import LeaseState, PublishedPlan
 
@@ -255,7 +255,7 @@ class PlanRuntime:
         self._consumer: Any = None
         self._keeper: LeaseKeeper | None = None
         self._watcher: PlanWatcher | None = None
-        self._kube: KubeClient | None = None
+        self._kube: ReplicaKube | None = None
         self._watchdog: ProgressWatchdog | None = None
         self._probe: BrokerProbe | None = None
         self._owned: set[TopicPartition] = set()
@@ -295,7 +295,7 @@ class PlanRuntime:
     def _run(self) -> None:
         settings = self.settings
         clients = [
-            KubeClient.connect(
+            ReplicaKube.connect(
                 settings.namespace, kubeconfig=settings.kubeconfig, timeout_s=settings.lease.request_timeout_s
             )
             for _ in range(3)

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from groupops.controller.kube import AlreadyExists, KubeClient
+from groupops.kubeapi import AlreadyExists, KubeClient
 
 __all__ = ["EXACT_FIELDS", "Outcome", "apply", "contains", "is_unchanged"]
 

@@ -51,10 +51,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from groupops.controller.cache_store import Key, Selector, VersionedStore, rv_of
-from groupops.controller.kube import Expired, KubeClient, KubeError, WatchStream
 from groupops.controller.metrics import Metrics
 from groupops.controller.names import LABEL_MANAGED_BY, LABEL_POLICY, MANAGED_BY
 from groupops.controller.settings import Settings
+from groupops.kubeapi import Expired, KubeClient, KubeError, WatchStream
 
 __all__ = [
     "CACHED_KINDS",

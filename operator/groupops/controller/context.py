@@ -18,7 +18,6 @@ from typing import Any, Protocol
 from groupops.controller.cache import Caches, Reader
 from groupops.controller.events import EventSink
 from groupops.controller.heartbeats import HeartbeatBook
-from groupops.controller.kube import KubeClient
 from groupops.controller.lagfleet import KafkaClusterReaders
 from groupops.controller.lagread import PolicyLag
 from groupops.controller.metrics import Metrics
@@ -26,6 +25,7 @@ from groupops.controller.render_common import PolicyRef
 from groupops.controller.settings import Settings
 from groupops.controller.sightings import LeaseSightings
 from groupops.controller.wakeup import Wakeup
+from groupops.kubeapi import KubeClient
 from groupops.lag.history import OffsetHistory
 from groupops.planner.handoff import LeaseClock
 

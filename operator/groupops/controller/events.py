@@ -7,9 +7,9 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from groupops.controller.kube import KubeClient, KubeError
 from groupops.controller.names import API_GROUP, API_VERSION, KIND
 from groupops.controller.render_common import PolicyRef
+from groupops.kubeapi import KubeClient, KubeError
 
 __all__ = ["EventSink", "render_event"]
 

@@ -33,10 +33,10 @@ import kopf
 
 from groupops.controller.cache import Listener
 from groupops.controller.identities import observe_lease
-from groupops.controller.kube import KubeError
 from groupops.controller.names import API_GROUP, API_VERSION, LABEL_POLICY, PLURAL, owned_selector
 from groupops.controller.reconcile import Deps, PolicyMemory, ReconcileFailure, reconcile
 from groupops.controller.wakeup import expiry_due, next_wake
+from groupops.kubeapi import KubeError
 from groupops.model import MemberId
 from groupops.planner.handoff import LeaseClock
 from groupops.planner.plan_format import HEARTBEAT_LIVENESS, LEASE_LIVENESS_ANNOTATION

@@ -31,8 +31,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from groupops.controller.kube import AlreadyExists, Conflict, KubeClient, KubeError, NotFound
 from groupops.controller.settings import ElectionSettings
+from groupops.kubeapi import AlreadyExists, Conflict, KubeClient, KubeError, NotFound
 
 __all__ = ["HEARTBEAT_ADDRESS_ANNOTATION", "LeaderElector", "LeadershipLost"]
 

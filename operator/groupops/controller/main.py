@@ -23,13 +23,13 @@ from groupops.controller.cache import Caches, start_caches
 from groupops.controller.events import EventSink
 from groupops.controller.handlers import build_registry
 from groupops.controller.heartbeats import HeartbeatBook, HeartbeatServer
-from groupops.controller.kube import KubeClient
 from groupops.controller.lagfleet import KafkaClusterReaders
 from groupops.controller.leader import LeaderElector
 from groupops.controller.metrics import Metrics
 from groupops.controller.reconcile import Deps
 from groupops.controller.settings import Settings
 from groupops.controller.sightings import LeaseSightings
+from groupops.kubeapi import KubeClient
 from groupops.lag.history import OffsetHistory
 
 __all__ = ["LEADERSHIP_LOST_EXIT", "StartupError", "run_operator"]

@@ -41,7 +41,6 @@ from groupops.controller.context import (
 )
 from groupops.controller.decide import Decision, decide
 from groupops.controller.identities import IdentityView, identity_view, pod_ordinals
-from groupops.controller.kube import Conflict, KubeError, NotFound, Rejected
 from groupops.controller.lagread import counts_from_plan, zero_lag
 from groupops.controller.names import (
     ANNOTATION_APPROVE,
@@ -66,6 +65,7 @@ from groupops.controller.render_plan import (
 )
 from groupops.controller.report import fail, write_status
 from groupops.controller.spec import PolicySpec, SpecError, parse_policy
+from groupops.kubeapi import Conflict, KubeError, NotFound, Rejected
 from groupops.lag import (
     LagAuthorizationError,
     LagError,

@@ -13,11 +13,11 @@ from typing import Any, NoReturn
 from groupops.controller.context import ReconcileFailure, RunContext, iso
 from groupops.controller.decide import Decision
 from groupops.controller.identities import IdentityView
-from groupops.controller.kube import KubeError
 from groupops.controller.names import ANNOTATION_APPROVE, API_GROUP, API_VERSION, KIND, pod_name
 from groupops.controller.native import BrokerAgreement
 from groupops.controller.spec import PolicySpec
 from groupops.controller.status import Condition, merge_conditions, status_patch
+from groupops.kubeapi import KubeError
 from groupops.lag import LagSnapshot
 from groupops.model import TopicPartition
 

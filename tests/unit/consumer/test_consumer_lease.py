@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from groupops.consumer.errors import KubeConflict, KubeForbidden, KubeNotFound, KubeUnavailable
 from groupops.consumer.lease import LeaseKeeper
 from groupops.consumer.settings import LeaseSettings
+from groupops.kubeapi import AlreadyExists, Conflict, Forbidden, NotFound, Transient
 from groupops.model import TopicPartition
 from groupops.planner.plan_format import LeaseState, fence_annotations, lease_record
 
@@ -39,25 +39,25 @@ class LeaseStore:
 
     def get_lease(self, name: str) -> dict[str, Any] | None:
         if self.down:
-            raise KubeUnavailable("down")
+            raise Transient("down")
         found = self.objects.get(name)
         return None if found is None else copy.deepcopy(found)
 
     def create_lease(self, body: dict[str, Any]) -> dict[str, Any]:
         if not self.may_create:
-            raise KubeForbidden("create leases is forbidden", status=403)
+            raise Forbidden("create leases is forbidden", status=403)
         if body["metadata"]["name"] in self.objects:
-            raise KubeConflict("exists", status=409)
+            raise AlreadyExists("exists", status=409, reason="AlreadyExists")
         return self._stored(body)
 
     def update_lease(self, body: dict[str, Any]) -> dict[str, Any]:
         if self.down:
-            raise KubeUnavailable("down")
+            raise Transient("down")
         current = self.objects.get(body["metadata"]["name"])
         if current is None:
-            raise KubeNotFound("gone", status=404)
+            raise NotFound("gone", status=404)
         if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
-            raise KubeConflict("conflict", status=409)
+            raise Conflict("conflict", status=409)
         return self._stored(body)
 
     def operator_creates(self) -> None:

@@ -9,7 +9,7 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
-from groupops.controller.kube import AlreadyExists, Conflict, NotFound
+from groupops.kubeapi import AlreadyExists, Conflict, NotFound
 
 
 def merge(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:

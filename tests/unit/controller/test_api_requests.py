@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from groupops.controller.cache import Caches
-from groupops.controller.kube import Conflict, KubeClient, describe_request
 from groupops.controller.metrics import Metrics
+from groupops.kubeapi import Conflict, KubeClient, describe_request
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,11 @@
-"""A small JSON client for the Kubernetes API, and its error tree.
+"""A small JSON client for the Kubernetes API, and its error tree: the one the operator and the
+consumer replicas share.
 
 Everything the operator reads or writes goes through `KubeClient` as plain dicts (the same dicts
-the render functions produce), over the official client's configured connection (kubeconfig or
-in-cluster account, TLS, token refresh). Foreign errors are mapped here, once:
+the render functions produce), and so do a replica's Lease and plan reads and writes
+(`consumer.kube`), over the official client's configured connection (kubeconfig or in-cluster
+account, TLS, token refresh). A replica's client never retries a request (`retries=False`: a
+renewal must cost one timeout, never a lease duration). Foreign errors are mapped here, once:
 
     KubeError
     ├── NotFound         404
@@ -262,15 +265,36 @@ class KubeClient:
         self._write_listeners.append(listener)
 
     @classmethod
-    def from_environment(cls, *, timeout: float = 30.0, pool_size: int = 32) -> KubeClient:
-        """In a pod: its ServiceAccount; elsewhere: $KUBECONFIG or ~/.kube/config."""
+    def from_environment(
+        cls,
+        *,
+        kubeconfig: str | None = None,
+        timeout: float = 30.0,
+        pool_size: int = 32,
+        retries: bool = True,
+    ) -> KubeClient:
+        """From `kubeconfig` (a path) when given; else in a pod its ServiceAccount, elsewhere
+        $KUBECONFIG or ~/.kube/config. Raises KubeError when none is usable."""
+        configuration = k8s_client.Configuration()
         try:
-            k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
-        except k8s_config.ConfigException:
-            k8s_config.load_kube_config()  # type: ignore[no-untyped-call]
-        configuration = k8s_client.Configuration.get_default_copy()
-        configuration.connection_pool_maxsize = pool_size  # one connection per concurrent reconcile
+            if kubeconfig:
+                k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)  # type: ignore[no-untyped-call]
+            else:
+                try:
+                    k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+                except k8s_config.ConfigException:
+                    k8s_config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        except (k8s_config.ConfigException, OSError) as e:
+            raise KubeError(f"no usable Kubernetes credentials: {e}") from e
+        if not retries:
+            configuration.retries = False  # one attempt per request: the caller owns the retry policy
+        configuration.connection_pool_maxsize = pool_size  # one connection per concurrent caller
         return cls(k8s_client.ApiClient(configuration), timeout=timeout)
+
+    def close(self) -> None:
+        self._api.close()  # type: ignore[no-untyped-call]
+        if self._watch_api is not None:
+            self._watch_api.close()  # type: ignore[no-untyped-call]
 
     def request(
         self,
