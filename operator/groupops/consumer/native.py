@@ -16,32 +16,26 @@ compares against).
 
 Stuck replicas: librdkafka's `max.poll.interval.ms` is `maxPollIntervalSeconds` (so at least
 `session.timeout.ms`, which settings checks), and the progress watchdog of the plan runtime runs
-here too with the same rule (runtime.py's docstring): when it fires, the replica stops renewing
-its Lease, processes, stores and commits nothing more, and exits with code 3 once the Lease has
-surely expired. Kafka moves its partitions: a static member that stops polling or exits keeps
-them until librdkafka's poll timer or `session.timeout.ms` runs out.
+here too with the same rule (runtime.py's docstring; both extend `replica.Replica`): when it
+fires, the replica stops its heartbeats and renewals, processes, stores and commits nothing
+more, and exits with code 3 once the Lease has surely expired. Kafka moves its partitions: a
+static member that stops polling or exits keeps them until librdkafka's poll timer or
+`session.timeout.ms` runs out.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-import uuid
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaPartition
 
 from groupops.consumer.errors import ConsumerError, KafkaFailure, LeaseLostError
-from groupops.consumer.journal import Journal, open_journal
-from groupops.consumer.kube import ReplicaKube
-from groupops.consumer.lease import LeaseKeeper
-from groupops.consumer.metrics import ConsumerMetrics
-from groupops.consumer.processors import Processor
-from groupops.consumer.progress import ProgressWatchdog, Sample, Stuck
-from groupops.consumer.runtime import BrokerProbe, ProcessingError, kafka_config, surrender_when_stuck
-from groupops.consumer.settings import NATIVE_STRATEGIES, RuntimeSettings
+from groupops.consumer.replica import Replica, kafka_config
+from groupops.consumer.runtime import ProcessingError
+from groupops.consumer.settings import NATIVE_STRATEGIES
 from groupops.kubeapi import KubeError
 from groupops.model import TopicPartition
 from groupops.planner.plan_format import LeaseState
@@ -53,61 +47,18 @@ log = logging.getLogger(__name__)
 _POLL_S = 0.1
 
 
-class NativeRuntime:
+class NativeRuntime(Replica):
     """One static member of the group. `run()` blocks until `stop()` or a fatal error."""
-
-    def __init__(
-        self,
-        settings: RuntimeSettings,
-        processor: Processor,
-        *,
-        journal: Journal | None = None,
-        metrics: ConsumerMetrics | None = None,
-    ) -> None:
-        self.settings = settings
-        self.metrics = metrics or ConsumerMetrics()
-        self._processor = processor
-        self.incarnation = uuid.uuid4().hex
-        self._journal = journal or open_journal(settings.record_dir, settings.identity, self.incarnation)
-        self._stop = threading.Event()
-        self._consumer: Any = None
-        self._keeper: LeaseKeeper | None = None
-        self._watchdog: ProgressWatchdog | None = None
-        self._probe: BrokerProbe | None = None
-        self._owned: frozenset[TopicPartition] = frozenset()
-        self._progress: dict[TopicPartition, int] = {}
-        self._fatal: str | None = None
-        self._last_commit = 0.0
-        self.processed = 0
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def run(self) -> None:
-        self.metrics.serve_as_configured(self.settings.metrics)
-        try:
-            self._run()
-        finally:
-            self.metrics.close()
 
     def _run(self) -> None:
         settings = self.settings
-        kube = ReplicaKube.connect(
-            settings.namespace, kubeconfig=settings.kubeconfig, timeout_s=settings.lease.request_timeout_s
-        )
-        self._keeper = LeaseKeeper(
-            kube,
-            settings.lease,
-            name=settings.lease_name,
-            policy=settings.policy,
-            identity=settings.identity,
-            incarnation=self.incarnation,
-        )
+        kube = self._connect()
+        keeper = self._new_keeper(kube)
         try:
-            if not self._keeper.acquire(self._stop):
+            if not keeper.acquire(self._stop):
                 return
-            self._keeper.report(acked_epoch=None, partitions=(), state=LeaseState.ACTIVE)
-            self._keeper.start()
+            keeper.report(acked_epoch=None, partitions=(), state=LeaseState.ACTIVE)
+            keeper.start()
             config = kafka_config(
                 settings,
                 on_commit=self._on_commit,
@@ -127,11 +78,7 @@ class NativeRuntime:
             log.info(
                 "identity %s joined group %s as a static member", settings.identity, settings.kafka.group_id
             )
-            self._probe = BrokerProbe(settings)
-            self._watchdog = ProgressWatchdog(
-                settings.max_poll_interval_s, sample=self._sample_progress, on_stuck=self._on_stuck
-            )
-            self._watchdog.start()
+            self._start_watchdog()
             self._loop()
         finally:
             self._shutdown()
@@ -226,41 +173,17 @@ class NativeRuntime:
         log.info("%s %d partitions: %s", kind, len(names), ", ".join(names[:12]))
 
     def _on_commit(self, error: Any, partitions: list[Any]) -> None:
-        if error is not None or any(p.error is not None for p in partitions):
-            self.metrics.commit_failed()
-        else:
-            self.metrics.commit_succeeded()
+        self._count_commit(error, partitions)
         if error is not None:
             log.warning("commit failed: %s", error)
             return
-        now = time.time()
-        for p in partitions:
-            if p.error is None and p.offset >= 0:
-                self._journal.committed(p.topic, p.partition, p.offset, now)
-
-    def _on_error(self, error: Any) -> None:
-        if error.fatal():
-            self._fatal = f"fatal Kafka error: {error}"
-
-    # -- the progress watchdog (its own thread) -----------------------------------------------------
+        self._journal_commits(partitions)
 
     def _is_stuck(self) -> bool:
         return self._watchdog is not None and self._watchdog.stuck is not None
 
-    def _sample_progress(self, timeout_s: float) -> Sample:
-        assert self._probe is not None
-        # `_owned` is only ever rebound and `dict.copy()` is atomic: consistent reads.
-        return self._probe.sample(self._owned, self._progress.copy(), timeout_s)
-
-    def _on_stuck(self, stuck: Stuck) -> float:
-        assert self._keeper is not None
-        return surrender_when_stuck(
-            stuck, keeper=self._keeper, settings=self.settings, metrics=self.metrics, journal=self._journal
-        )
-
     def _shutdown(self) -> None:
-        if self._watchdog is not None and self._watchdog.stop() and self._probe is not None:
-            self._probe.close()  # only once the watchdog's thread no longer samples through it
+        self._stop_watchdog()
         try:
             if self._consumer is not None:
                 self._commit(None, asynchronous=False)

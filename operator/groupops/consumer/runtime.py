@@ -22,22 +22,24 @@ The main loop, one thread, owns the Kafka consumer (confluent-kafka, manual assi
 On stop (SIGTERM): commit synchronously, unassign everything, release the Lease (nothing owned,
 released through the newest epoch seen), close. A graceful stop therefore hands over at once.
 
-A replica that renews its Lease but makes no progress is failed over, as Kafka's
-max.poll.interval.ms does for group members. The progress watchdog (consumer/progress.py, its
-own thread) judges it *stuck* when, for `maxPollIntervalSeconds` and while it owns partitions,
-(a) the loop above has not come back to poll (a callback or a commit blocks), or (b) owned
-partitions have lag (processed position below the high watermark, read with a real broker round
-trip every 1-5 s by the watchdog's own Kafka client, `BrokerProbe`) and no owned position
-advanced, or (c) no broker round trip succeeded (the pod reaches the API server but not Kafka).
-An idle topic without lag is never stuck. A batch (`batch_size` messages) must therefore be
-processed within the interval. Then:
+A replica that keeps proving it is alive (heartbeats or Lease renewals) but makes no progress
+is failed over, as Kafka's max.poll.interval.ms does for group members. The progress watchdog
+(consumer/progress.py, its own thread) judges it *stuck* when, for `maxPollIntervalSeconds` and
+while it owns partitions, (a) the loop above has not come back to poll (a callback or a commit
+blocks), or (b) owned partitions have lag (processed position below the high watermark, read
+with a real broker round trip every 1-5 s by the watchdog's own Kafka client,
+`brokerprobe.BrokerProbe`) and no owned position advanced, or (c) no broker round trip succeeded
+(the pod reaches the API server but not Kafka). An idle topic without lag is never stuck. A
+batch (`batch_size` messages) must therefore be processed within the interval. Then:
 - it logs which rule fired and for how long, counts `groupops_consumer_stuck_total`, journals a
-  fence, and stops renewing the Lease, which is invalid from that moment: no offset is stored or
-  committed any more, `owns()` says no, and the loop (if it still runs) fences itself;
-- the operator judges the Lease expired a lease duration after the last renewal and hands the
-  partitions over: they are consumed elsewhere within maxPollIntervalSeconds + lease duration +
-  about 1 s (the watchdog judges every 0.5 s; the last renewal was under a second before; rule
-  (b) counts from the first sample that showed the lag, up to one sampling period later);
+  fence, and stops its heartbeats and renewals (`replica.surrender_when_stuck`): the Lease is
+  invalid from that moment, no offset is stored or committed any more, `owns()` says no, and
+  the loop (if it still runs) fences itself;
+- the operator judges the Lease expired a lease duration after the last renewal or heartbeat and
+  hands the partitions over: they are consumed elsewhere within maxPollIntervalSeconds + lease
+  duration + about 1 s (the watchdog judges every 0.5 s; the last renewal was under a second
+  before; rule (b) counts from the first sample that showed the lag, up to one sampling period
+  later);
 - once the Lease has surely expired (last write sent + one API timeout + lease duration) the
   process exits with code 3 (`progress.EXIT_STUCK`) through `os._exit`, even with the main
   thread blocked for good, and Kubernetes restarts the pod. A restarted process takes the
@@ -52,40 +54,31 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaPartition
 
 from groupops.consumer import ownership
+from groupops.consumer.brokerprobe import kafka_partitions
 from groupops.consumer.errors import (
     ConsumerError,
     KafkaFailure,
     LeaseLostError,
 )
-from groupops.consumer.journal import Journal, open_journal
+from groupops.consumer.journal import Journal
 from groupops.consumer.kube import ReplicaKube
-from groupops.consumer.lease import LeaseKeeper
 from groupops.consumer.metrics import ConsumerMetrics
 from groupops.consumer.planwatch import PlanWatcher
 from groupops.consumer.processors import Processor
-from groupops.consumer.progress import EXIT_STUCK, ProgressWatchdog, Sample, Stuck
+from groupops.consumer.replica import Replica, kafka_config
 from groupops.consumer.settings import RuntimeSettings
 from groupops.kubeapi import KubeError
 from groupops.model import MemberId, TopicPartition
 from groupops.planner.plan_format import LeaseState, PublishedPlan
 
-__all__ = [
-    "BrokerProbe",
-    "PlanRuntime",
-    "ProcessingError",
-    "kafka_config",
-    "probe_config",
-    "sample_progress",
-    "surrender_when_stuck",
-]
+__all__ = ["PlanRuntime", "ProcessingError"]
 
 log = logging.getLogger(__name__)
 
@@ -98,141 +91,7 @@ class ProcessingError(ConsumerError):
     """The user's callback raised; the message's offset was not stored."""
 
 
-def kafka_config(settings: RuntimeSettings, **callbacks: Any) -> dict[str, Any]:
-    """librdkafka configuration shared by both deliveries: the runtime commits itself (offsets
-    are stored only after processing), the identity is the client id and group.instance.id."""
-    return {
-        **settings.kafka.properties,
-        "bootstrap.servers": settings.kafka.bootstrap_servers,
-        "group.id": settings.kafka.group_id,
-        "group.instance.id": settings.identity,
-        "client.id": settings.identity,
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "enable.partition.eof": False,
-        "auto.offset.reset": settings.kafka.auto_offset_reset,
-        **callbacks,
-    }
-
-
-def _kafka_partitions(
-    partitions: Iterable[TopicPartition], offsets: dict[TopicPartition, int] | None = None
-) -> list[Any]:
-    if offsets is None:
-        return [KafkaPartition(tp.topic, tp.partition) for tp in sorted(partitions)]
-    return [KafkaPartition(tp.topic, tp.partition, offsets[tp]) for tp in sorted(partitions)]
-
-
-def probe_config(settings: RuntimeSettings) -> dict[str, Any]:
-    """librdkafka configuration of the progress watchdog's own client. It cannot share the
-    runtime's consumer: confluent-kafka lets one thread at a time into a Consumer (a call from
-    another thread waits until the current one returns), so a commit that never returns would
-    block the watchdog with it, and back-to-back polls can starve it. This client never
-    subscribes nor is assigned: it only asks for watermarks and the group's committed offsets."""
-    return {
-        **settings.kafka.properties,
-        "bootstrap.servers": settings.kafka.bootstrap_servers,
-        "group.id": settings.kafka.group_id,
-        "client.id": f"{settings.identity}-progress",
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-    }
-
-
-class BrokerProbe:
-    """The watchdog's Kafka client (`probe_config`), used from the watchdog's thread only."""
-
-    def __init__(self, settings: RuntimeSettings) -> None:
-        self._client: Any = Consumer(probe_config(settings))
-        self._auto_offset_reset = settings.kafka.auto_offset_reset
-
-    def sample(
-        self, owned: frozenset[TopicPartition], processed: Mapping[TopicPartition, int], timeout_s: float
-    ) -> Sample:
-        return sample_progress(
-            self._client, owned, processed, auto_offset_reset=self._auto_offset_reset, timeout_s=timeout_s
-        )
-
-    def close(self) -> None:
-        self._client.close()
-
-
-def sample_progress(
-    client: Any,
-    owned: frozenset[TopicPartition],
-    processed: Mapping[TopicPartition, int],
-    *,
-    auto_offset_reset: str,
-    timeout_s: float,
-) -> Sample:
-    """The progress watchdog's sample (both deliveries) through `client`, the watchdog's own;
-    each broker call waits at most `timeout_s`.
-
-    positions: processed progress, else the committed offset, else where auto.offset.reset starts
-    (earliest: the low watermark; latest: the end, so no lag). high_watermarks: one ListOffsets
-    round trip per partition (`cached=False`, a real one), in partition order, stopping at the
-    first partition that lags (one is enough for the rule) or at the first failure."""
-    if not owned:
-        return Sample(owned=owned)
-    positions = {tp: processed[tp] for tp in owned if tp in processed}
-    high_watermarks: dict[TopicPartition, int] = {}
-    answered = False
-    try:
-        unknown = owned - positions.keys()
-        if unknown:
-            for partition in client.committed(_kafka_partitions(unknown), timeout=timeout_s):
-                if partition.error is None and partition.offset >= 0:
-                    positions[TopicPartition(partition.topic, partition.partition)] = partition.offset
-            answered = True
-        for tp in sorted(owned):
-            watermarks = client.get_watermark_offsets(
-                KafkaPartition(tp.topic, tp.partition), timeout=timeout_s, cached=False
-            )
-            if watermarks is None:
-                break
-            answered = True
-            low, high = watermarks
-            high_watermarks[tp] = high
-            if tp not in positions and auto_offset_reset == "earliest" and low >= 0:
-                positions[tp] = low
-            if tp in positions and positions[tp] < high:
-                break
-    except KafkaException as e:
-        # An error the broker sent (not a librdkafka timeout or transport error) is an answer.
-        error = e.args[0] if e.args else None
-        answered = answered or (isinstance(error, KafkaError) and error.code() >= 0)
-        log.debug("progress sample incomplete: %s", e)
-    return Sample(owned=owned, positions=positions, high_watermarks=high_watermarks, answered=answered)
-
-
-def surrender_when_stuck(
-    stuck: Stuck,
-    *,
-    keeper: LeaseKeeper,
-    settings: RuntimeSettings,
-    metrics: ConsumerMetrics,
-    journal: Journal,
-) -> float:
-    """What both runtimes do when the watchdog judges them stuck, in the watchdog's thread: stop
-    renewing the Lease, which makes it invalid at once (nothing is accepted or committed from
-    then on), count, journal a fence (the audit explains the re-processing it causes), say so.
-    Returns when to exit: once the Lease has surely expired."""
-    exit_at = keeper.surrender()
-    metrics.stuck()
-    journal.event("fence", time.time(), why=f"stuck ({stuck.rule}): {stuck}")
-    log.error(
-        "stuck: %s (maxPollIntervalSeconds %d). Stopped renewing Lease %s: nothing is accepted or "
-        "committed any more, the partitions move once it expires; exiting with code %d in %.1f s",
-        stuck,
-        settings.max_poll_interval_s,
-        keeper.name,
-        EXIT_STUCK,
-        max(0.0, exit_at - time.monotonic()),
-    )
-    return exit_at
-
-
-class PlanRuntime:
+class PlanRuntime(Replica):
     """One plan-following consumer process. `run()` blocks until `stop()` (any thread, e.g. a
     signal handler) or a fatal error (raised, after releasing what can be released)."""
 
@@ -244,45 +103,29 @@ class PlanRuntime:
         journal: Journal | None = None,
         metrics: ConsumerMetrics | None = None,
     ) -> None:
-        self.settings = settings
-        self.metrics = metrics or ConsumerMetrics()
-        self._processor = processor
-        self.incarnation = uuid.uuid4().hex
-        self._journal = journal or open_journal(settings.record_dir, settings.identity, self.incarnation)
+        super().__init__(settings, processor, journal=journal, metrics=metrics)
         self._identity = MemberId(settings.identity)
-        self._stop = threading.Event()
         self._wake = threading.Event()
-        self._consumer: Any = None
-        self._keeper: LeaseKeeper | None = None
         self._watcher: PlanWatcher | None = None
         self._kube: ReplicaKube | None = None
-        self._watchdog: ProgressWatchdog | None = None
-        self._probe: BrokerProbe | None = None
         self._owned: set[TopicPartition] = set()
-        self._progress: dict[TopicPartition, int] = {}
         self._committed: dict[TopicPartition, int] = {}
         self._active = False
         self._applied: int | None = None
         self._floor_seen = -1
         self._needs_refresh = True
-        self._last_commit = 0.0
-        self._fatal: str | None = None
-        self.processed = 0
 
-    def stop(self) -> None:
-        self._stop.set()
+    def _wake_loop(self) -> None:
         self._wake.set()
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
     def run(self) -> None:
-        self.metrics.serve_as_configured(self.settings.metrics)
         ownership.running(self)
         try:
-            self._run()
+            super().run()
         finally:
             ownership.running(None)
-            self.metrics.close()
 
     def owns_now(self, tp: TopicPartition) -> bool:
         """For the callback (consumer.ownership.owns): owned, and the Lease valid right now."""
@@ -294,21 +137,10 @@ class PlanRuntime:
 
     def _run(self) -> None:
         settings = self.settings
-        clients = [
-            ReplicaKube.connect(
-                settings.namespace, kubeconfig=settings.kubeconfig, timeout_s=settings.lease.request_timeout_s
-            )
-            for _ in range(3)
-        ]
+        clients = [self._connect() for _ in range(3)]  # one per thread: main loop, keeper, watcher
         self._kube = clients[0]
-        self._keeper = LeaseKeeper(
-            clients[1],
-            settings.lease,
-            name=settings.lease_name,
-            policy=settings.policy,
-            identity=settings.identity,
-            incarnation=self.incarnation,
-            seen_epoch=lambda: -1 if self._watcher is None else self._watcher.newest_epoch,
+        keeper = self._new_keeper(
+            clients[1], seen_epoch=lambda: -1 if self._watcher is None else self._watcher.newest_epoch
         )
         self._watcher = PlanWatcher(clients[2], settings.plan_configmap, on_change=self._wake.set)
         try:
@@ -318,19 +150,15 @@ class PlanRuntime:
                 self.incarnation[:8],
                 settings.lease_name,
             )
-            if not self._keeper.acquire(self._stop):
+            if not keeper.acquire(self._stop):
                 return
-            self._journal.event("acquired", time.time(), floor=self._keeper.floor)
-            self._keeper.start()
+            self._journal.event("acquired", time.time(), floor=keeper.floor)
+            keeper.start()
             self._watcher.start()
             self._consumer = Consumer(
                 kafka_config(settings, on_commit=self._on_commit, error_cb=self._on_error)
             )
-            self._probe = BrokerProbe(settings)
-            self._watchdog = ProgressWatchdog(
-                settings.max_poll_interval_s, sample=self._sample_progress, on_stuck=self._on_stuck
-            )
-            self._watchdog.start()
+            self._start_watchdog()
             self._loop()
         finally:
             self._shutdown()
@@ -380,8 +208,7 @@ class PlanRuntime:
 
     def _shutdown(self) -> None:
         keeper, watcher = self._keeper, self._watcher
-        if self._watchdog is not None and self._watchdog.stop() and self._probe is not None:
-            self._probe.close()  # only once the watchdog's thread no longer samples through it
+        self._stop_watchdog()
         try:
             if self._consumer is not None:
                 if self._active and keeper is not None and keeper.valid():
@@ -435,7 +262,7 @@ class PlanRuntime:
         if leaving:
             self._release(leaving)
         if entering:
-            partitions = _kafka_partitions(entering)
+            partitions = kafka_partitions(entering)
             self._consumer.incremental_assign(partitions)
             # librdkafka keeps a partition's pause flag across unassign/assign: one this process
             # paused when it released it earlier would otherwise never be fetched again.
@@ -460,7 +287,7 @@ class PlanRuntime:
         )
 
     def _release(self, leaving: set[TopicPartition]) -> None:
-        partitions = _kafka_partitions(leaving)
+        partitions = kafka_partitions(leaving)
         self._consumer.pause(partitions)
         self._commit_sync(leaving)
         self._consumer.incremental_unassign(partitions)
@@ -488,7 +315,7 @@ class PlanRuntime:
     def _unassign(self, partitions: set[TopicPartition]) -> None:
         if partitions and self._consumer is not None:
             try:
-                self._consumer.incremental_unassign(_kafka_partitions(partitions))
+                self._consumer.incremental_unassign(kafka_partitions(partitions))
             except KafkaException as e:
                 log.error("unassigning %d partitions failed: %s", len(partitions), e)
 
@@ -574,7 +401,7 @@ class PlanRuntime:
         pending = self._pending(None)
         if pending and self._still_valid():
             try:
-                self._consumer.commit(offsets=_kafka_partitions(pending, pending), asynchronous=True)
+                self._consumer.commit(offsets=kafka_partitions(pending, pending), asynchronous=True)
             except KafkaException as e:
                 self.metrics.commit_failed()
                 log.warning("commit failed: %s", e)
@@ -591,7 +418,7 @@ class PlanRuntime:
         try:
             unprocessed = [tp for tp in self._owned if tp not in self._progress]
             if unprocessed:
-                for partition in self._consumer.position(_kafka_partitions(unprocessed)):
+                for partition in self._consumer.position(kafka_partitions(unprocessed)):
                     positions[TopicPartition(partition.topic, partition.partition)] = partition.offset
             for tp in self._owned:
                 watermarks = self._consumer.get_watermark_offsets(
@@ -615,14 +442,12 @@ class PlanRuntime:
             if not pending:
                 return True
             try:
-                result = self._consumer.commit(
-                    offsets=_kafka_partitions(pending, pending), asynchronous=False
-                )
+                result = self._consumer.commit(offsets=kafka_partitions(pending, pending), asynchronous=False)
             except KafkaException as e:
                 self.metrics.commit_failed()
                 log.warning("synchronous commit attempt %d/%d failed: %s", attempt, _SYNC_COMMIT_ATTEMPTS, e)
                 continue
-            self._count_commit(result)
+            self._count_commit(None, result)
             self._record_commits(result)
             pending = {tp: pending[tp] for tp in pending if self._committed.get(tp) != pending[tp]}
         if pending:
@@ -639,46 +464,15 @@ class PlanRuntime:
             self.metrics.commit_failed()
             log.warning("asynchronous commit failed: %s", error)
             return
-        self._count_commit(partitions)
+        self._count_commit(None, partitions)
         self._record_commits(partitions)
 
-    def _count_commit(self, partitions: list[Any]) -> None:
-        if any(partition.error is not None for partition in partitions):
-            self.metrics.commit_failed()
-        else:
-            self.metrics.commit_succeeded()
-
     def _record_commits(self, partitions: list[Any]) -> None:
-        now = time.time()
         for partition in partitions:
-            if partition.error is not None or partition.offset < 0:
-                continue
             tp = TopicPartition(partition.topic, partition.partition)
-            if tp in self._progress:
+            if partition.error is None and partition.offset >= 0 and tp in self._progress:
                 self._committed[tp] = partition.offset
-            self._journal.committed(tp.topic, tp.partition, partition.offset, now)
-
-    def _on_error(self, error: Any) -> None:
-        if error.fatal():
-            self._fatal = f"fatal Kafka error: {error}"
-            self._wake.set()
-        else:
-            log.debug("Kafka: %s", error)
-
-    # -- the progress watchdog (its own thread) -----------------------------------------------------
-
-    def _sample_progress(self, timeout_s: float) -> Sample:
-        assert self._probe is not None
-        # `_owned` is only ever rebound and `dict.copy()` is atomic: consistent reads.
-        return self._probe.sample(frozenset(self._owned), self._progress.copy(), timeout_s)
-
-    def _on_stuck(self, stuck: Stuck) -> float:
-        assert self._keeper is not None
-        exit_at = surrender_when_stuck(
-            stuck, keeper=self._keeper, settings=self.settings, metrics=self.metrics, journal=self._journal
-        )
-        self._wake.set()
-        return exit_at
+        self._journal_commits(partitions)
 
 
 def _names(partitions: Iterable[TopicPartition]) -> list[str]:

@@ -15,6 +15,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaPartition
 
 from groupops.consumer import ConsumerConfigError, RuntimeSettings
+from groupops.consumer.brokerprobe import sample_progress
 from groupops.consumer.progress import (
     EXIT_STUCK,
     ProgressTracker,
@@ -24,7 +25,6 @@ from groupops.consumer.progress import (
     Stuck,
     probe_interval,
 )
-from groupops.consumer.runtime import sample_progress
 from groupops.model import TopicPartition
 from tests.unit.consumer.pod_env import REQUIRED_POD_ENV
 from tests.unit.consumer.test_consumer_lease import SETTINGS, Clock, LeaseStore, keeper
