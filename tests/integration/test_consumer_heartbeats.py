@@ -195,8 +195,8 @@ def test_a_fence_refuses_the_next_heartbeat_and_the_replica_learns_its_floor(
         granted = replica.heartbeats_granted
         assert not replica.beat_once(), "a fenced incarnation is refused"
         assert replica.heartbeats_granted == granted
-        assert replica.floor == 7, "the refusal made it re-read the Lease and see the fence"
-        assert replica.renew_once(), "it acknowledges the fence with a Lease write"
+        assert replica.renew_once(), "the Lease write that follows a refusal conflicts, re-reads, writes"
+        assert replica.floor == 7, "the conflict made it see the fence"
         record = lease_record(operator.lease()["metadata"]["annotations"])
         assert record.fenced_incarnation is None and record.released_through == 7
         assert replica.beat_once(), "once acknowledged, its heartbeats are granted again"

@@ -28,9 +28,9 @@ Protocol (the operator's side is `groupops.planner.handoff`; the format is `plan
 With heartbeat addresses (docs/design.md §7.5) the Lease says `liveness: heartbeat`, and step 2
 changes: while the report is unchanged, the interval's renewal is a heartbeat to the operator
 (no API write); a granted one makes the replica valid until its send time + the validity granted
-(at most renew_deadline). A refused one makes the keeper re-read the Lease (a fence, a takeover)
-and write it; an unanswered one is replaced by a Lease write, so the replica stays alive while
-no operator answers. Step 1 changes too: a Lease in heartbeat mode held by another process is
+(at most renew_deadline). A refused or unanswered one is replaced by a Lease write (whose
+conflict reveals a fence or a takeover, step 3), so the replica stays alive while no operator
+answers. Step 1 changes too: a Lease in heartbeat mode held by another process is
 taken only once the operator's fence names that process (`fenced-incarnation`): the process
 could still hold grants this one cannot see.
 """
@@ -313,11 +313,10 @@ class LeaseKeeper:
                     )
             self.heartbeats_granted += 1
             return True
-        if answer is not None:  # refused: a fence or a takeover may be the reason
-            if sent - self._refusal_logged > 30:
-                self._refusal_logged = sent
-                log.info("heartbeat for Lease %s refused (%s); writing the Lease", self.name, answer.reason)
-            self._reread()
+        if answer is not None and sent - self._refusal_logged > 30:
+            # Refused: the renewal that follows learns a fence or a takeover from its conflict.
+            self._refusal_logged = sent
+            log.info("heartbeat for Lease %s refused (%s); writing the Lease", self.name, answer.reason)
         return False
 
     def _sending(self) -> float | None:
