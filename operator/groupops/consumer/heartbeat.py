@@ -15,6 +15,7 @@ import logging
 import socket
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from groupops.planner.liveness import (
     Heartbeat,
@@ -46,6 +47,9 @@ class HeartbeatClient:
         self._preferred: str | None = None
         self._resolved: dict[str, tuple[float, tuple[int, Address]]] = {}
         self._sockets: dict[int, socket.socket] = {}
+        self._seq = 0
+        self._sent_at: dict[int, float] = {}
+        """Send time of each datagram of the current exchange, by seq."""
         self.sent = 0
         self.answered = 0
 
@@ -54,9 +58,17 @@ class HeartbeatClient:
             sock.close()
         self._sockets.clear()
 
-    def exchange(self, heartbeat: Heartbeat, *, timeout_s: float) -> HeartbeatAnswer | None:
-        """Send `heartbeat` and wait up to `timeout_s` in all for a granted or refused answer."""
+    def exchange(
+        self, heartbeat: Heartbeat, *, timeout_s: float, on_send: Callable[[], float | None]
+    ) -> tuple[HeartbeatAnswer, float] | None:
+        """Send `heartbeat` and wait up to `timeout_s` in all for a granted or refused answer;
+        return it with the send time of the datagram it answers. The client numbers the
+        datagrams (`seq`) and sends one more when the first is not answered within half of its
+        share of the time: a datagram dropped while the operator was busy must not cost a Lease
+        write. `on_send()` is called before every datagram and returns its send time, or None to
+        send nothing more (the replica surrendered)."""
         deadline = self._monotonic() + timeout_s
+        self._sent_at.clear()  # only answers to this exchange's datagrams count
         order = self._order()
         tried: set[str] = set()
         while order and self._monotonic() < deadline:
@@ -65,7 +77,7 @@ class HeartbeatClient:
                 continue
             tried.add(address)
             per_try = max(0.05, (deadline - self._monotonic()) / max(1, len(order) + 1))
-            answer = self._one(address, heartbeat, per_try)
+            answer = self._one(address, heartbeat, per_try, on_send)
             if answer is None:
                 continue
             if answer.status is HeartbeatStatus.NOT_LEADER:
@@ -73,7 +85,7 @@ class HeartbeatClient:
                     order.insert(0, answer.leader)
                 continue
             self._preferred = address
-            return answer
+            return answer, self._sent_at[answer.seq]
         self._preferred = None
         return None
 
@@ -83,25 +95,42 @@ class HeartbeatClient:
             order.insert(0, self._preferred)
         return order
 
-    def _one(self, address: str, heartbeat: Heartbeat, timeout_s: float) -> HeartbeatAnswer | None:
+    def _one(
+        self, address: str, heartbeat: Heartbeat, timeout_s: float, on_send: Callable[[], float | None]
+    ) -> HeartbeatAnswer | None:
         target = self._resolve(address)
         if target is None:
             return None
         family, sockaddr = target
         sock = self._socket(family)
-        try:
-            sock.sendto(encode_heartbeat(heartbeat), sockaddr)
-        except OSError as e:
-            log.debug("heartbeat to %s: %s", address, e)
-            return None
-        self.sent += 1
         deadline = self._monotonic() + timeout_s
-        while (left := deadline - self._monotonic()) > 0:
+        resend_at = self._monotonic() + timeout_s / 2
+        sends = 0
+        while True:
+            if sends < 2 and (sends == 0 or self._monotonic() >= resend_at):
+                sent = on_send()
+                if sent is None:
+                    return None
+                self._seq += 1
+                self._sent_at[self._seq] = sent
+                sends += 1
+                try:
+                    sock.sendto(encode_heartbeat(replace(heartbeat, seq=self._seq)), sockaddr)
+                except OSError as e:
+                    log.debug("heartbeat to %s: %s", address, e)
+                    return None
+                self.sent += 1
+            wait_until = resend_at if sends < 2 else deadline
+            left = min(wait_until, deadline) - self._monotonic()
+            if left <= 0:
+                if sends < 2 and self._monotonic() < deadline:
+                    continue
+                return None
             sock.settimeout(left)
             try:
                 data, _ = sock.recvfrom(2048)
             except TimeoutError:
-                return None
+                continue
             except OSError as e:  # e.g. ICMP port unreachable: nobody listens there
                 log.debug("heartbeat to %s: %s", address, e)
                 return None
@@ -110,10 +139,9 @@ class HeartbeatClient:
             except HeartbeatFormatError as e:
                 log.warning("an answer from %s is not a heartbeat answer: %s", address, e)
                 continue
-            if answer.seq == heartbeat.seq:
+            if answer.seq in self._sent_at:
                 self.answered += 1
                 return answer
-        return None
 
     def _resolve(self, address: str) -> tuple[int, Address] | None:
         now = self._monotonic()

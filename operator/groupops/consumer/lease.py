@@ -108,7 +108,6 @@ class LeaseKeeper:
             state=LeaseState.STARTING, incarnation=incarnation, heartbeats=self._heartbeats is not None
         )
         self._written_record: LeaseRecord | None = None
-        self._seq = 0
         self._refusal_logged = 0.0
         self._object: dict[str, Any] | None = None
         self._kick = threading.Event()
@@ -290,22 +289,21 @@ class LeaseKeeper:
             return self._heartbeats is not None and self._record == self._written_record
 
     def beat_once(self) -> bool:
-        """One heartbeat; True when it was granted (the replica is valid for longer)."""
+        """One heartbeat exchange; True when it was granted (the replica is valid for longer)."""
         assert self._heartbeats is not None
-        sent = self._sending()
-        if sent is None:
-            return False
-        self._seq += 1
         heartbeat = Heartbeat(
             namespace=self._kube.namespace,
             lease=self.name,
             incarnation=self.incarnation,
-            seq=self._seq,
+            seq=0,  # numbered by the client, datagram by datagram
             seen=None if self._seen_epoch is None else self._seen_epoch(),
         )
-        timeout = min(self._settings.request_timeout_s, self._settings.renew_interval_s / 2)
-        answer = self._heartbeats.exchange(heartbeat, timeout_s=timeout)
-        if answer is not None and answer.status is HeartbeatStatus.GRANTED:
+        timeout = min(self._settings.request_timeout_s, self._settings.renew_interval_s * 0.75)
+        result = self._heartbeats.exchange(heartbeat, timeout_s=timeout, on_send=self._sending)
+        if result is None:
+            return False
+        answer, sent = result
+        if answer.status is HeartbeatStatus.GRANTED:
             with self._lock:
                 if not self._surrendered:
                     self.valid_until = max(
@@ -313,7 +311,7 @@ class LeaseKeeper:
                     )
             self.heartbeats_granted += 1
             return True
-        if answer is not None and sent - self._refusal_logged > 30:
+        if sent - self._refusal_logged > 30:
             # Refused: the renewal that follows learns a fence or a takeover from its conflict.
             self._refusal_logged = sent
             log.info("heartbeat for Lease %s refused (%s); writing the Lease", self.name, answer.reason)

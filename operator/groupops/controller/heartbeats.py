@@ -59,6 +59,8 @@ LeaseLookup = Callable[[str, str], Mapping[str, Any] | None]
 
 _PolicyKey = tuple[str, str]
 
+_RECEIVE_BUFFER_BYTES = 4 << 20
+
 
 class HeartbeatBook:
     def __init__(
@@ -206,6 +208,10 @@ class HeartbeatServer:
         self._metrics = metrics
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._socket = socket.socket(family, socket.SOCK_DGRAM)
+        # Room for a few seconds of heartbeats: while this thread waits for the GIL, datagrams
+        # queue here instead of being dropped (each drop costs the replica a Lease write). The
+        # kernel caps it at net.core.rmem_max.
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RECEIVE_BUFFER_BYTES)
         self._socket.bind((host, port))
         self._socket.settimeout(0.5)
         self._stop = threading.Event()
