@@ -201,7 +201,8 @@ class OperatorProcess:
         """The --metrics-port of the current start (where /metrics is served)."""
         assert self.process is not None, "the operator was never started"
         args = [str(arg) for arg in self.process.args]
-        return int(args[args.index("--metrics-port") + 1])
+        last = len(args) - 1 - args[::-1].index("--metrics-port")  # the operator takes the last one
+        return int(args[last + 1])
 
 
 def install_crd(kubectl: Kubectl) -> None:

@@ -213,6 +213,14 @@ class HeartbeatServer:
         # kernel caps it at net.core.rmem_max.
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RECEIVE_BUFFER_BYTES)
         self._socket.bind((host, port))
+        buffer = self._socket.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+        if buffer < _RECEIVE_BUFFER_BYTES:
+            log.warning(
+                "heartbeat receive buffer is %d bytes (net.core.rmem_max caps it; %d asked): a busy "
+                "operator drops heartbeats sooner, and each drop can cost a replica a Lease write",
+                buffer,
+                _RECEIVE_BUFFER_BYTES,
+            )
         self._socket.settimeout(0.5)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="heartbeats", daemon=True)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Executor, Future
+from concurrent.futures import CancelledError, Executor, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
@@ -80,8 +80,8 @@ class PolicyLag:
             future.add_done_callback(lambda done: self._landed(done, on_late_result))
         try:
             future.result(timeout=wait_s)
-        except FutureTimeout:
-            pass
+        except (FutureTimeout, CancelledError):
+            pass  # still running, or the operator is stopping (its pool cancels queued reads)
         except LagError:
             pass  # recorded by _landed
         with self._lock:
@@ -108,6 +108,8 @@ class PolicyLag:
         self._record(future)
 
     def _record(self, future: Future[LagSnapshot]) -> None:
+        if future.cancelled():  # the operator is stopping: nothing was read
+            return
         error = future.exception()
         with self._lock:
             if error is None:

@@ -110,3 +110,16 @@ def test_partition_counts_from_the_plan(
 
 def test_a_counts_only_snapshot_has_no_lag() -> None:
     assert zero_lag("g", {"a": 3}).lags == {"a": [0, 0, 0]}
+
+
+def test_a_read_cancelled_by_the_operator_stopping_is_no_error_and_no_crash() -> None:
+    executor = ThreadPoolExecutor(max_workers=1)
+    release = threading.Event()
+    executor.submit(release.wait)  # the only worker is busy: the next read stays queued
+    lag = PolicyLag()
+    stopping = threading.Timer(0.1, lambda: executor.shutdown(wait=False, cancel_futures=True))
+    stopping.start()
+    take = lag.take(lambda: snapshot(1), pool=executor, wait_s=5.0, on_late_result=lambda: None)
+    release.set()
+    stopping.join()
+    assert take.snapshot is None and take.error is None, "a cancelled read read nothing and failed nothing"
