@@ -1,0 +1,1399 @@
+"""Liveness at scale: Lease renewals against heartbeats, with a load generator that plays every
+consumer replica, on the real API server (kube-apiserver + etcd of `groupops.devstack`).
+
+    env -u KUBECONFIG .venv/bin/python benchmarks/liveness_load.py [--counts 100 1000]
+        [--modes renewal heartbeat] [--steady 60] [--crashes 10] [--json FILE]
+
+Per (N, mode), N outer: a fresh API server (with $KUBECONFIG set: a fresh namespace on that one
+instead), one `groupops operator` (its defaults: tick 5 s, Lease duration 4 s, leader election
+on; in heartbeat mode `--heartbeat-port P --heartbeat-address 127.0.0.1:P`), N policies as
+operator_scale.py makes them (3 replicas, 12 partitions, `lagSource: static`: no broker, no
+kubelet, pods stay Pending), and a load generator in its own process (this file with `--play`,
+so its CPU is its own and is measured apart) that plays the consumer side of all 3N replicas the
+way consumer/lease.py and consumer/runtime.py do, without Kafka:
+
+- take: each replica's Lease once the operator created it (found by listing the namespace's
+  Leases every 2 s until all are held), compare-and-swap PUT, state `starting`, as `_take` does;
+- acknowledge: every new plan of its policy (one watch on the namespace's ConfigMaps, where each
+  real replica watches its own) with a compare-and-swap PUT: acked epoch, its set in that plan,
+  state `active`. A conflict re-reads the Lease; `released-through` above the replica's floor is
+  a fence (counted: the replica reports nothing owned and waits for a plan above the floor);
+- liveness, per replica, one action per second after the previous one ended (`_run`):
+  renewal mode, a compare-and-swap PUT (renewTime moves); heartbeat mode, one UDP heartbeat
+  (one shared socket, one receiver thread; `seq` is unique over the fleet, so an answer finds
+  its replica), and a Lease write instead when the report changed, after a refusal (its
+  compare-and-swap reveals a fence) or when no granted answer came within 0.5 s (`beat_once`).
+  A failed write is retried once after 0.25 s. A crashed replica is simply no longer played.
+
+Writes go through a pool of `--write-threads` threads (48; one keep-alive HTTPS connection
+each), so at most that many requests of the fleet are in flight, where 3N real replicas would
+each have their own: under saturation the real fleet would pile more onto the API server.
+
+Measured, per (N, mode):
+1. setup: creating the policies, then until every replica holds its Lease and acknowledged its
+   policy's newest plan, with no plan changing for 5 s (`--setup-timeout`; on a timeout the run
+   goes on and says so);
+2. steady state, a window of `--steady` seconds: API requests/s besides WATCH by verb and
+   resource (the API server's apiserver_request_total, every client), Lease PUTs/s and that as
+   % of replicas per second (target <= 1 %), CPU % of one core (utime+stime of /proc/<pid>/stat)
+   of the operator, kube-apiserver, etcd and the load generator, and of the whole machine (/proc/stat;
+   what none of ours used is another job's), heartbeats answered/s by answer (the operator's
+   groupops_operator_heartbeats_total), heartbeats the kernel dropped at either socket (full
+   receive buffer, /proc/net/udp), and the generator's own counts (writes done, conflicts,
+   failures, fences, replicas whose validity lapsed, PUT latency, and how late it acted itself:
+   a late generator would look like late replicas);
+3. crash -> plan moved: `--crashes` replicas that own partitions, one at a time, spread over the
+   policies, stop being played (no renewal, heartbeat or release); the time from then until this
+   driver's watch sees a plan that gives the crashed identity none of the partitions it had
+   (median, p95).
+
+At the end it prints the figures as JSON and the RESULTS.md table (one column per mode and N).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import heapq
+import http.client
+import itertools
+import json
+import logging
+import os
+import random
+import re
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+import uuid
+from collections import Counter, deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+from tests.e2e.kube_api import KubeApi  # noqa: E402
+from tests.e2e.operator_support import (  # noqa: E402
+    Kubectl,
+    OperatorProcess,
+    create_namespace,
+    free_port,
+    install_crd,
+)
+
+from groupops.consumer.settings import LeaseSettings  # noqa: E402
+from groupops.devstack.kube import KubeApiServer  # noqa: E402
+from groupops.model import MemberId, TopicPartition  # noqa: E402
+from groupops.planner.liveness import (  # noqa: E402
+    Heartbeat,
+    HeartbeatFormatError,
+    HeartbeatStatus,
+    decode_answer,
+    encode_heartbeat,
+)
+from groupops.planner.plan_format import (  # noqa: E402
+    LEASE_FENCED_INCARNATION_ANNOTATION,
+    LEASE_LIVENESS_ANNOTATION,
+    LEASE_RELEASED_THROUGH_ANNOTATION,
+    POLICY_LABEL,
+    LeaseRecord,
+    LeaseState,
+    PlanFormatError,
+    PublishedPlan,
+    format_micro_time,
+    lease_record,
+    lease_record_annotations,
+    plan_from_configmap,
+)
+from groupops.planner.wire import LEASE_EPOCH_ANNOTATION, identity_name, lease_name  # noqa: E402
+from operator_scale import (  # noqa: E402
+    CLOCK_TICKS,
+    PLAN_SUFFIX,
+    REPLICAS,
+    Observer,
+    ProcessSampler,
+    in_parallel,
+    log_problems,
+    machine_load,
+    policy_manifest,
+    release_namespace,
+    spread,
+    wait_until,
+)
+
+log = logging.getLogger("liveness_load")
+
+MODES = ("renewal", "heartbeat")
+LEASE = LeaseSettings()
+"""The replica's defaults: interval 1 s, renew deadline 3 s, request timeout 2 s, duration 4 s."""
+HEARTBEAT_TIMEOUT_S = min(LEASE.request_timeout_s, LEASE.renew_interval_s * 0.75)
+"""One exchange's budget, as `LeaseKeeper.beat_once`; a second datagram goes at half of it
+(`HeartbeatClient._one`), and an answer to either counts."""
+"""How long `beat_once` waits for an answer before writing the Lease instead."""
+RETRY_AFTER_S = min(0.25, LEASE.renew_interval_s / 2)
+LIST_EVERY_S = 2.0
+SETTLED_FOR_S = 5.0
+"""Setup is over when no plan changed for this long (and every replica acknowledged)."""
+LEASES_PATH = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+_REPLICA_ANNOTATIONS = (
+    LEASE_EPOCH_ANNOTATION,
+    LEASE_RELEASED_THROUGH_ANNOTATION,
+    LEASE_LIVENESS_ANNOTATION,
+    LEASE_FENCED_INCARNATION_ANNOTATION,
+)
+"""Dropped from the stored annotations before ours are set, as `LeaseKeeper._body` does."""
+
+
+# -- both processes ------------------------------------------------------------------------------
+
+
+class PlanWatch(Observer):
+    """operator_scale's list-then-watch loop on the namespace's ConfigMaps only (its policy
+    watch is dropped): each plan ConfigMap, decoded, goes to `on_plan(policy, plan, at)`."""
+
+    def __init__(self, kubeconfig: str, namespace: str) -> None:
+        super().__init__(kubeconfig, namespace)
+        self._threads = [thread for thread in self._threads if thread.name == "ConfigMap"]
+        self.malformed = 0
+
+    def on_plan(self, policy: str, published: PublishedPlan, at: float) -> None:
+        raise NotImplementedError
+
+    def _on_configmap(self, configmap: dict[str, Any], at: float) -> None:
+        metadata = configmap.get("metadata") or {}
+        name = str(metadata.get("name", ""))
+        if not name.endswith(PLAN_SUFFIX):
+            return
+        try:
+            published = plan_from_configmap(configmap.get("data") or {}, metadata.get("annotations"))
+        except PlanFormatError:
+            self.malformed += 1
+            return
+        self.on_plan(name.removesuffix(PLAN_SUFFIX), published, at)
+
+
+def group_ids(count: int) -> dict[str, str]:
+    """policy name -> group id, as operator_scale.policy_manifest names them."""
+    manifests = (policy_manifest(index, "unused:9092") for index in range(count))
+    return {m["metadata"]["name"]: m["spec"]["groupId"] for m in manifests}
+
+
+# -- the load generator (its own process) --------------------------------------------------------
+
+
+class LeanKube:
+    """Just enough of the API for the hot path: one keep-alive HTTPS connection per thread, no
+    client library between the request and the socket (the generator's CPU is the API server's
+    loss on 2 cores). Token or client-certificate kubeconfigs."""
+
+    def __init__(self, kubeconfig: str, *, timeout_s: float) -> None:
+        config = yaml.safe_load(Path(kubeconfig).read_text())
+        context = _named(config, "contexts", config["current-context"])["context"]
+        cluster = _named(config, "clusters", context["cluster"])["cluster"]
+        user = _named(config, "users", context["user"])["user"]
+        url = urllib.parse.urlsplit(cluster["server"])
+        self._host, self._port = url.hostname or "127.0.0.1", url.port or 443
+        if "certificate-authority-data" in cluster:
+            ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
+            self._ssl = ssl.create_default_context(cadata=ca)
+        else:
+            self._ssl = ssl.create_default_context(cafile=cluster.get("certificate-authority"))
+        self._headers = {"Accept": "application/json", "Content-Type": "application/json"}
+        if "token" in user:
+            self._headers["Authorization"] = f"Bearer {user['token']}"
+        elif "client-certificate-data" in user:
+            keys = Path(tempfile.mkdtemp(prefix="liveness-load-"))
+            (keys / "tls.crt").write_bytes(base64.b64decode(user["client-certificate-data"]))
+            (keys / "tls.key").write_bytes(base64.b64decode(user["client-key-data"]))
+            self._ssl.load_cert_chain(keys / "tls.crt", keys / "tls.key")
+        else:
+            raise ValueError(f"{kubeconfig}: the load generator knows tokens and client certificates only")
+        self._timeout_s = timeout_s
+        self._local = threading.local()
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
+        """(HTTP status, JSON body); status 0 when the request failed on the way (timeout,
+        broken connection): the connection is then dropped and the next request opens one."""
+        connection: http.client.HTTPSConnection | None = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = http.client.HTTPSConnection(
+                self._host, self._port, context=self._ssl, timeout=self._timeout_s
+            )
+            self._local.connection = connection
+        try:
+            payload = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+            connection.request(method, path, body=payload, headers=self._headers)
+            response = connection.getresponse()
+            raw = response.read()
+        except (OSError, http.client.HTTPException):
+            connection.close()
+            self._local.connection = None
+            return 0, {}
+        try:
+            return response.status, json.loads(raw) if raw else {}
+        except ValueError:
+            return response.status, {}
+
+
+def _named(config: dict[str, Any], section: str, name: str) -> dict[str, Any]:
+    return next(item for item in config[section] if item["name"] == name)
+
+
+@dataclass(eq=False)
+class Replica:
+    """One replica's consumer side as the generator plays it. Guarded by the fleet's lock."""
+
+    index: int
+    policy: str
+    ordinal: int
+    identity: str
+    lease: str
+    incarnation: str
+    record: LeaseRecord
+    """What its next Lease write says (`LeaseKeeper._record`)."""
+    written: LeaseRecord | None = None
+    obj: dict[str, Any] | None = None
+    """The Lease as last written or read."""
+    held: bool = False
+    applied: int = -1
+    floor: int = -1
+    crashed: bool = False
+    busy: bool = False
+    """A write is queued or running, or a heartbeat waits for its answer."""
+    dirty: bool = False
+    """The report changed while busy: act again at once when done (`kick`)."""
+    token: int = 0
+    valid_until: float = 0.0
+    lapsed: bool = False
+    exchange: list[int] = field(default_factory=list)
+    """The seqs of the heartbeat exchange in flight (an answer to any of them counts)."""
+
+
+_TICK, _DEADLINE, _RETRY = 0, 1, 2
+
+
+@dataclass(frozen=True, slots=True)
+class PlayConfig:
+    kubeconfig: str
+    namespace: str
+    count: int
+    mode: str
+    heartbeat_address: str | None
+    write_threads: int
+
+
+class Fleet:
+    """Every replica of the namespace, played by a scheduler thread (one heap of due actions), a
+    pool of writer threads, one heartbeat receiver, the plan watch and a Lease lister that runs
+    until every Lease is held."""
+
+    def __init__(self, config: PlayConfig) -> None:
+        self.config = config
+        self.heartbeats = config.mode == "heartbeat"
+        self.kube = LeanKube(config.kubeconfig, timeout_s=LEASE.request_timeout_s)
+        self.replicas: list[Replica] = []
+        for policy, group_id in group_ids(config.count).items():
+            for ordinal in range(REPLICAS):
+                identity = identity_name(group_id, ordinal)
+                incarnation = uuid.uuid4().hex
+                self.replicas.append(
+                    Replica(
+                        index=len(self.replicas),
+                        policy=policy,
+                        ordinal=ordinal,
+                        identity=identity,
+                        lease=lease_name(policy, identity),
+                        incarnation=incarnation,
+                        record=LeaseRecord(
+                            state=LeaseState.STARTING, incarnation=incarnation, heartbeats=self.heartbeats
+                        ),
+                    )
+                )
+        self.by_lease = {r.lease: r for r in self.replicas}
+        self.by_policy: dict[str, list[Replica]] = {}
+        for r in self.replicas:
+            self.by_policy.setdefault(r.policy, []).append(r)
+        self.latest: dict[str, PublishedPlan] = {}
+        self.last_plan_change = time.time()
+        self.counts: Counter[str] = Counter()
+        self.put_latencies: deque[tuple[float, float]] = deque(maxlen=500_000)
+        self.tick_lateness: deque[tuple[float, float]] = deque(maxlen=500_000)
+        self.invalid_now = 0
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._heap: list[tuple[float, int, int, int, int]] = []
+        self._order = itertools.count()
+        self._seq = itertools.count(1)
+        self._pending: dict[int, tuple[Replica, float, Heartbeat, bool]] = {}
+        """seq -> (replica, send time, datagram, whether it is the exchange's second)."""
+        self._stop = threading.Event()
+        self._pool = ThreadPoolExecutor(config.write_threads, thread_name_prefix="write")
+        self._socket: socket.socket | None = None
+        self._target: tuple[str, int] | None = None
+        if self.heartbeats:
+            assert config.heartbeat_address is not None
+            host, _, port = config.heartbeat_address.rpartition(":")
+            self._target = (host, int(port))
+            self._socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+            self._socket.bind(("127.0.0.1", 0))
+            self._socket.settimeout(0.5)
+        fleet = self
+
+        class Follower(PlanWatch):
+            def on_plan(self, policy: str, published: PublishedPlan, at: float) -> None:
+                fleet.on_plan(policy, published)
+
+        self._plans = Follower(config.kubeconfig, config.namespace)
+        self._threads = [
+            threading.Thread(target=self._schedule_loop, name="schedule", daemon=True),
+            threading.Thread(target=self._take_loop, name="take", daemon=True),
+            threading.Thread(target=self._validity_loop, name="validity", daemon=True),
+        ]
+        if self._socket is not None:
+            self._threads.append(threading.Thread(target=self._receive_loop, name="receive", daemon=True))
+
+    # -- control -------------------------------------------------------------------------------------
+
+    def _count(self, key: str) -> None:
+        with self._lock:
+            self.counts[key] += 1
+
+    def start(self) -> None:
+        self._plans.start()
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._plans.stop()
+        with self._wake:
+            self._wake.notify_all()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def crash(self, policy: str, ordinal: int) -> dict[str, Any]:
+        """Stop playing one replica from now on: no renewal, heartbeat, acknowledgement or release."""
+        r = self.by_policy[policy][ordinal]
+        with self._lock:
+            r.crashed = True
+            r.token += 1
+            return {"at": time.time(), "identity": r.identity, "in_flight": r.busy, "applied": r.applied}
+
+    def stats(self, since: float) -> dict[str, Any]:
+        with self._lock:
+            live = [r for r in self.replicas if not r.crashed]
+            acked = sum(
+                1
+                for r in live
+                if r.written is not None
+                and (plan := self.latest.get(r.policy)) is not None
+                and r.written.acked_epoch == plan.epoch
+            )
+            counts = dict(self.counts)
+            held = sum(1 for r in live if r.held)
+            last_plan_change = self.last_plan_change
+            invalid = self.invalid_now
+        latencies = [latency for at, latency in list(self.put_latencies) if at >= since]
+        lateness = [late for at, late in list(self.tick_lateness) if at >= since]
+        return {
+            "now": time.time(),
+            "udp_port": None if self._socket is None else self._socket.getsockname()[1],
+            "replicas": len(self.replicas),
+            "crashed": len(self.replicas) - len(live),
+            "held": held,
+            "acked_newest": acked,
+            "invalid_now": invalid,
+            "last_plan_change": last_plan_change,
+            "counts": counts,
+            "put_latency_ms": _milliseconds(latencies),
+            "tick_lateness_ms": _milliseconds(lateness),
+        }
+
+    # -- plans ---------------------------------------------------------------------------------------
+
+    def on_plan(self, policy: str, published: PublishedPlan) -> None:
+        with self._wake:
+            known = self.latest.get(policy)
+            if known is not None and known.epoch >= published.epoch:
+                return
+            self.latest[policy] = published
+            self.last_plan_change = time.time()
+            now = time.monotonic()
+            for r in self.by_policy.get(policy, ()):
+                if r.crashed or not r.held:
+                    continue
+                self._apply_newest(r)
+                if r.dirty and not r.busy:
+                    r.dirty = False
+                    self._schedule(r, now)
+            self._wake.notify()
+
+    def _apply_newest(self, r: Replica) -> None:
+        """Apply the newest plan above what it applied and its floor, as `_apply` does: the
+        report says that epoch, its set in it, active; the write goes out at once (`kick`)."""
+        plan = self.latest.get(r.policy)
+        if not r.held or plan is None or plan.epoch <= max(r.applied, r.floor):
+            return
+        mine = plan.plan.assignment.get(MemberId(r.identity), ())
+        r.applied = plan.epoch
+        r.record = LeaseRecord(
+            acked_epoch=plan.epoch,
+            partitions=tuple(sorted(mine)),
+            state=LeaseState.ACTIVE,
+            released_through=None if r.floor < 0 else r.floor,
+            incarnation=r.incarnation,
+            heartbeats=self.heartbeats,
+        )
+        r.dirty = True
+        self.counts["plans_applied"] += 1
+
+    # -- scheduling ----------------------------------------------------------------------------------
+
+    def _schedule(self, r: Replica, at: float) -> None:
+        """Under the lock: the replica's next liveness action at `at` (replaces any other)."""
+        r.token += 1
+        heapq.heappush(self._heap, (at, next(self._order), _TICK, r.index, r.token))
+
+    def _finish(self, r: Replica, end: float, *, next_at: float | None = None) -> None:
+        """Under the lock: the action that kept `r` busy is over; the next one in an interval
+        (at once when its report changed meanwhile)."""
+        r.busy = False
+        if r.crashed:
+            return
+        self._apply_newest(r)
+        if r.dirty:
+            r.dirty = False
+            self._schedule(r, end)
+        else:
+            self._schedule(r, end + LEASE.renew_interval_s if next_at is None else next_at)
+        self._wake.notify()
+
+    def _schedule_loop(self) -> None:
+        while not self._stop.is_set():
+            actions: list[Callable[[], None]] = []
+            with self._wake:
+                now = time.monotonic()
+                while self._heap and self._heap[0][0] <= now:
+                    due, _, kind, key, token = heapq.heappop(self._heap)
+                    action = self._due(kind, key, token, now)
+                    if action is not None:
+                        actions.append(action)
+                        if kind == _TICK:  # how late this process acts: its own share of any gap
+                            self.tick_lateness.append((time.time(), now - due))
+                if not actions:
+                    self._wake.wait(min(0.5, self._heap[0][0] - now) if self._heap else 0.5)
+                    continue
+            for action in actions:
+                action()
+
+    def _due(self, kind: int, key: int, token: int, now: float) -> Callable[[], None] | None:
+        """Under the lock: what a due heap entry means now (None: it is stale)."""
+        if kind == _DEADLINE:
+            pending = self._pending.get(key)
+            if pending is None:
+                return None  # answered in time
+            r, _, first, second = pending
+            if not second:  # half the budget gone: a second datagram, as the client sends
+                seq = next(self._seq)
+                again = replace(first, seq=seq)
+                self._pending[seq] = (r, now, again, True)
+                r.exchange.append(seq)
+                heapq.heappush(
+                    self._heap, (now + HEARTBEAT_TIMEOUT_S / 2, next(self._order), _DEADLINE, seq, 0)
+                )
+                self.counts["heartbeats_resent"] += 1
+                return lambda: self._send(again)
+            self._close_exchange(r)
+            self.counts["heartbeats_unanswered"] += 1
+            if r.crashed:
+                r.busy = False
+                return None
+            return lambda: self._submit(r)
+        r = self.replicas[key]
+        if token != r.token or r.crashed:
+            return None
+        if kind == _RETRY:
+            return lambda: self._submit(r, retry=False)
+        if not r.held or r.busy:
+            return None
+        r.busy = True
+        if self.heartbeats and r.written == r.record:
+            seq = next(self._seq)
+            plan = self.latest.get(r.policy)
+            heartbeat = Heartbeat(
+                namespace=self.config.namespace,
+                lease=r.lease,
+                incarnation=r.incarnation,
+                seq=seq,
+                seen=-1 if plan is None else plan.epoch,
+            )
+            self._pending[seq] = (r, now, heartbeat, False)
+            r.exchange = [seq]
+            heapq.heappush(self._heap, (now + HEARTBEAT_TIMEOUT_S / 2, next(self._order), _DEADLINE, seq, 0))
+            return lambda: self._send(heartbeat)
+        return lambda: self._submit(r)
+
+    def _close_exchange(self, r: Replica) -> None:
+        """Under the lock: the exchange is over; no answer to its datagrams counts any more."""
+        for seq in r.exchange:
+            self._pending.pop(seq, None)
+        r.exchange = []
+
+    def _submit(self, r: Replica, *, retry: bool = True) -> None:
+        with contextlib.suppress(RuntimeError):  # the pool is shut down: the run is over
+            self._pool.submit(self._write_job, r, retry)
+
+    # -- heartbeats ----------------------------------------------------------------------------------
+
+    def _send(self, heartbeat: Heartbeat) -> None:
+        assert self._socket is not None and self._target is not None
+        try:
+            self._socket.sendto(encode_heartbeat(heartbeat), self._target)
+        except OSError:
+            self._count("heartbeat_send_errors")  # the deadline falls back to a write
+            return
+        self._count("heartbeats_sent")
+
+    def _receive_loop(self) -> None:
+        assert self._socket is not None
+        while not self._stop.is_set():
+            try:
+                data, _ = self._socket.recvfrom(2048)
+            except TimeoutError:
+                continue
+            except OSError:
+                if self._stop.is_set():
+                    return
+                continue
+            at = time.monotonic()
+            try:
+                answer = decode_answer(data)
+            except HeartbeatFormatError:
+                self._count("heartbeat_answers_malformed")
+                continue
+            action: Callable[[], None] | None = None
+            with self._wake:
+                pending = self._pending.get(answer.seq)
+                if pending is None:
+                    self.counts["heartbeat_answers_late"] += 1
+                    continue
+                r, sent, _, _ = pending
+                self._close_exchange(r)
+                if answer.status is HeartbeatStatus.GRANTED:
+                    self.counts["heartbeats_granted"] += 1
+                    r.valid_until = max(r.valid_until, sent + min(answer.valid, LEASE.renew_deadline_s))
+                    self._finish(r, at)
+                    continue
+                if r.crashed:
+                    r.busy = False
+                    continue
+                if answer.status is HeartbeatStatus.REFUSED:
+                    self.counts["heartbeats_refused"] += 1
+                    self.counts[f"refused: {' '.join(answer.reason.split()[:4])}"] += 1
+                    action = lambda r=r: self._submit(r)  # noqa: E731 - a fence shows as a conflict
+                else:
+                    self.counts["heartbeats_not_leader"] += 1
+                    action = lambda r=r: self._submit(r)  # noqa: E731
+            if action is not None:
+                action()
+
+    # -- Lease writes (the pool's threads) -----------------------------------------------------------
+
+    def _write_job(self, r: Replica, retry: bool) -> None:
+        ok = False
+        try:
+            ok = self._renew_once(r)
+        except Exception:
+            log.exception("writing Lease %s", r.lease)
+        with self._wake:
+            if not ok and retry and not r.crashed:
+                # `_run`: one quick retry, so a single dropped request does not cost an interval
+                heapq.heappush(
+                    self._heap,
+                    (time.monotonic() + RETRY_AFTER_S, next(self._order), _RETRY, r.index, r.token),
+                )
+                self._wake.notify()
+                return
+            self._finish(r, time.monotonic())
+
+    def _renew_once(self, r: Replica) -> bool:
+        """`LeaseKeeper.renew_once`: a compare-and-swap PUT; a conflict re-reads and tries once more."""
+        for _ in range(2):
+            with self._lock:
+                if r.crashed or r.obj is None:
+                    return False
+                record = r.record
+                body = self._body(r, record)
+            sent = time.monotonic()
+            status, written = self._put(r, body)
+            if status == 200:
+                with self._lock:
+                    r.obj, r.written, r.held = written, record, True
+                    r.valid_until = sent + LEASE.renew_deadline_s
+                return True
+            if status != 409 or not self._reread(r):
+                return False
+        return False
+
+    def _put(self, r: Replica, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        started = time.monotonic()
+        path = f"{LEASES_PATH.format(namespace=self.config.namespace)}/{r.lease}"
+        status, answer = self.kube.request("PUT", path, body)
+        self.put_latencies.append((time.time(), time.monotonic() - started))
+        outcome = {200: "ok", 409: "conflict", 0: "failed_no_answer"}.get(status, f"failed_{status}")
+        self._count(f"lease_put_{outcome}")
+        return status, answer
+
+    def _reread(self, r: Replica) -> bool:
+        """`LeaseKeeper._reread`: adopt the stored Lease; note a fence (the floor rises, nothing is
+        owned any more, as the runtime's `_fence` reports). False: stop trying this round."""
+        status, current = self.kube.request(
+            "GET", f"{LEASES_PATH.format(namespace=self.config.namespace)}/{r.lease}"
+        )
+        self._count("lease_get")
+        if status != 200:
+            self._count(f"lease_get_failed_{status}")
+            return False
+        try:
+            record = lease_record((current.get("metadata") or {}).get("annotations"))
+        except PlanFormatError:
+            self._count("lease_malformed")
+            return False
+        holder = (current.get("spec") or {}).get("holderIdentity")
+        with self._lock:
+            if record.incarnation not in (None, r.incarnation) or (holder and holder != r.identity):
+                self.counts["lease_lost"] += 1
+                return False
+            if record.released_through is not None and record.released_through > r.floor:
+                self.counts["fenced"] += 1
+                log.warning("Lease %s fenced through epoch %d", r.lease, record.released_through)
+                r.floor = record.released_through
+                r.record = LeaseRecord(
+                    acked_epoch=None if r.applied < 0 else r.applied,
+                    partitions=(),
+                    state=LeaseState.STARTING,
+                    released_through=r.floor,
+                    incarnation=r.incarnation,
+                    heartbeats=self.heartbeats,
+                )
+            r.obj = current
+        return True
+
+    def _body(self, r: Replica, record: LeaseRecord, *, acquiring: bool = False) -> dict[str, Any]:
+        """`LeaseKeeper._body`: the stored object with our fields set (under the lock)."""
+        assert r.obj is not None
+        metadata = dict(r.obj.get("metadata") or {})
+        annotations = {
+            k: v for k, v in (metadata.get("annotations") or {}).items() if k not in _REPLICA_ANNOTATIONS
+        }
+        annotations.update(lease_record_annotations(record, r.identity))
+        metadata["annotations"] = annotations
+        spec = dict(r.obj.get("spec") or {})
+        now = format_micro_time(time.time())
+        if acquiring:
+            if spec.get("holderIdentity") != r.identity:
+                spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
+            spec["acquireTime"] = now
+        spec["holderIdentity"] = r.identity
+        spec.setdefault("leaseDurationSeconds", LEASE.duration_s)  # as the operator set it
+        spec["renewTime"] = now
+        return {**r.obj, "metadata": metadata, "spec": spec}
+
+    # -- taking the Leases ---------------------------------------------------------------------------
+
+    def _take_loop(self) -> None:
+        path = f"{LEASES_PATH.format(namespace=self.config.namespace)}?labelSelector=" + urllib.parse.quote(
+            POLICY_LABEL
+        )
+        while not self._stop.is_set():
+            with self._lock:
+                if all(r.held or r.crashed for r in self.replicas):
+                    return
+            status, listing = self.kube.request("GET", path)
+            self._count("lease_list")
+            to_take: list[Replica] = []
+            with self._lock:
+                for item in listing.get("items", []) if status == 200 else []:
+                    r = self.by_lease.get(str(item["metadata"]["name"]))
+                    if r is None or r.held or r.busy or r.crashed:
+                        continue
+                    try:
+                        record = lease_record(item["metadata"].get("annotations"))
+                    except PlanFormatError:
+                        continue
+                    holder = (item.get("spec") or {}).get("holderIdentity")
+                    if (
+                        holder
+                        and record.incarnation != r.incarnation
+                        and record.state is not LeaseState.RELEASED
+                    ):
+                        continue  # another process holds it (`_may_take`); never the case here
+                    if record.released_through is not None and record.released_through > r.floor:
+                        r.floor = record.released_through
+                    r.obj, r.busy = item, True
+                    to_take.append(r)
+            for r in to_take:
+                self._pool.submit(self._take_job, r)
+            self._stop.wait(LIST_EVERY_S)
+
+    def _take_job(self, r: Replica) -> None:
+        """`LeaseKeeper._take`: a conflict is left to the next listing."""
+        with self._lock:
+            record = r.record
+            body = self._body(r, record, acquiring=True)
+        sent = time.monotonic()
+        status, written = self._put(r, body)
+        with self._wake:
+            if status != 200:
+                r.busy = False
+                return
+            self.counts["takes"] += 1
+            r.obj, r.written, r.held = written, record, True
+            r.valid_until = sent + LEASE.renew_deadline_s
+            # Real replicas start at random moments: spread their seconds.
+            self._finish(r, time.monotonic(), next_at=time.monotonic() + random.uniform(0, 1))
+
+    # -- validity ------------------------------------------------------------------------------------
+
+    def _validity_loop(self) -> None:
+        """Counts replicas whose validity ran out (a real one stops consuming then: `valid()`)."""
+        while not self._stop.wait(0.5):
+            with self._lock:
+                now, invalid = time.monotonic(), 0
+                for r in self.replicas:
+                    if r.crashed or not r.held:
+                        continue
+                    if now >= r.valid_until:
+                        invalid += 1
+                        if not r.lapsed:
+                            r.lapsed = True
+                            self.counts["validity_lapses"] += 1
+                    else:
+                        r.lapsed = False
+                self.invalid_now = invalid
+
+
+def _milliseconds(seconds: list[float]) -> dict[str, float]:
+    return {k: round(v * 1000, 1) for k, v in spread(seconds).items() if k != "n"} | {"n": len(seconds)}
+
+
+def play(config: PlayConfig) -> int:
+    """The generator's main: requests on stdin, one JSON line each, answers on stdout."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    fleet = Fleet(config)
+    fleet.start()
+    print(json.dumps({"ready": True, "pid": os.getpid()}), flush=True)
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request["op"] == "stop":
+            break
+        if request["op"] == "stats":
+            reply = fleet.stats(float(request.get("since", 0.0)))
+        elif request["op"] == "crash":
+            reply = fleet.crash(request["policy"], int(request["ordinal"]))
+        else:
+            reply = {"error": f"unknown op {request['op']!r}"}
+        print(json.dumps(reply), flush=True)
+    fleet.stop()
+    print(json.dumps({"stopped": True}), flush=True)
+    return 0
+
+
+# -- the driver ----------------------------------------------------------------------------------
+
+
+class Generator:
+    """The load generator as a subprocess: `call` sends one request and waits for its answer."""
+
+    def __init__(self, config: PlayConfig, log_path: Path) -> None:
+        self._log = log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--play", json.dumps(asdict(config))],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+        )
+        self._lock = threading.Lock()
+        self.log_path = log_path
+        self._read()
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def call(self, op: str, **fields: Any) -> dict[str, Any]:
+        with self._lock:
+            stdin = self.process.stdin
+            assert stdin is not None
+            stdin.write(json.dumps({"op": op, **fields}) + "\n")
+            stdin.flush()
+            return self._read()
+
+    def _read(self) -> dict[str, Any]:
+        stdout: IO[str] | None = self.process.stdout
+        assert stdout is not None
+        line = stdout.readline()
+        if not line:
+            raise RuntimeError(f"the load generator exited (code {self.process.poll()}): see {self.log_path}")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            self.call("stop")
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+        self._log.close()
+
+
+class PlanObserver(PlanWatch):
+    """Every plan the driver's watch saw, per policy: (seen at, epoch, sets by identity)."""
+
+    def __init__(self, kubeconfig: str, namespace: str) -> None:
+        super().__init__(kubeconfig, namespace)
+        self.plans: dict[str, list[tuple[float, int, dict[str, frozenset[TopicPartition]]]]] = {}
+
+    def on_plan(self, policy: str, published: PublishedPlan, at: float) -> None:
+        with self._lock:
+            history = self.plans.setdefault(policy, [])
+            if not history or history[-1][1] < published.epoch:
+                sets = {str(k): frozenset(v) for k, v in published.plan.assignment.items()}
+                history.append((at, published.epoch, sets))
+
+    def newest(self, policy: str) -> tuple[float, int, dict[str, frozenset[TopicPartition]]] | None:
+        with self._lock:
+            history = self.plans.get(policy)
+            return history[-1] if history else None
+
+    def moved_away(
+        self, policy: str, identity: str, held: frozenset[TopicPartition], after: int
+    ) -> float | None:
+        """When a plan above epoch `after` first gave `identity` none of `held`."""
+        with self._lock:
+            for at, epoch, sets in self.plans.get(policy, []):
+                if epoch > after and not sets.get(identity, frozenset()) & held:
+                    return at
+        return None
+
+
+@dataclass
+class Cluster:
+    kubeconfig: str
+    pids: dict[str, int] = field(default_factory=dict)
+    """kube-apiserver and etcd, when this script started them."""
+
+
+@contextmanager
+def api_cluster(workdir: Path) -> Iterator[Cluster]:
+    """As operator_scale.api_server, also naming the servers' pids (their CPU is measured)."""
+    kubeconfig = os.environ.get("KUBECONFIG")
+    if kubeconfig:
+        yield Cluster(kubeconfig)
+        return
+    server = KubeApiServer(workdir)
+    server.start()
+    try:
+        assert server.apiserver is not None and server.etcd is not None
+        yield Cluster(
+            str(server.kubeconfig), {"kube-apiserver": server.apiserver.pid, "etcd": server.etcd.pid}
+        )
+    finally:
+        server.stop()
+        shutil.rmtree(workdir / "etcd-data", ignore_errors=True)  # the logs stay
+
+
+_SAMPLE = re.compile(r"^(\w+)\{([^}]*)\}\s+(\S+)$")
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def samples(text: str, metric: str) -> Iterator[tuple[dict[str, str], float]]:
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if match and match.group(1) == metric:
+            yield dict(_LABEL.findall(match.group(2))), float(match.group(3))
+
+
+def api_requests(kubectl: Kubectl) -> dict[str, float] | None:
+    """apiserver_request_total summed by "VERB resource[/subresource]" (three tries: a saturated
+    API server may time a scrape out; None when all three failed)."""
+    for attempt in range(3):
+        try:
+            result = kubectl.run("get", "--raw", "/metrics", check=False)
+        except subprocess.TimeoutExpired:
+            print(f"  scraping the API server's metrics timed out (try {attempt + 1})", flush=True)
+            continue
+        if result.returncode == 0:
+            break
+        print(f"  scraping the API server's metrics failed (try {attempt + 1}): {result.stderr.strip()}")
+    else:
+        return None
+    sums: dict[str, float] = {}
+    for labels, value in samples(result.stdout, "apiserver_request_total"):
+        resource = labels.get("resource", "") + (
+            f"/{labels['subresource']}" if labels.get("subresource") else ""
+        )
+        key = f"{labels.get('verb', '?')} {resource or '-'}"
+        sums[key] = sums.get(key, 0.0) + value
+    return sums
+
+
+def machine_cpu_seconds() -> float:
+    """CPU seconds every core of the machine spent busy (not idle, not waiting on I/O)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / CLOCK_TICKS
+
+
+def udp_drops(port: int | None) -> int | None:
+    """Datagrams the kernel dropped for the UDP socket bound to 127.0.0.1:`port` (its receive
+    buffer was full: the reader did not keep up), from /proc/net/udp; None when not found."""
+    if port is None:
+        return None
+    local = f"0100007F:{port:04X}"
+    for line in Path("/proc/net/udp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1] == local:
+            return int(fields[-1])
+    return None
+
+
+def heartbeat_answers(metrics_port: int) -> dict[str, float]:
+    """The operator's groupops_operator_heartbeats_total by answer."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=30) as response:
+            text = response.read().decode()
+    except OSError as e:
+        print(f"  scraping the operator's metrics failed: {e}", flush=True)
+        return {}
+    sums: dict[str, float] = {}
+    for labels, value in samples(text, "groupops_operator_heartbeats_total"):
+        sums[labels.get("answer", "?")] = sums.get(labels.get("answer", "?"), 0.0) + value
+    return sums
+
+
+@dataclass
+class Point:
+    """One (N, mode) run: the processes and how to read them."""
+
+    mode: str
+    count: int
+    kubectl: Kubectl
+    operator: OperatorProcess
+    metrics_port: int
+    generator: Generator
+    observer: PlanObserver
+    pids: dict[str, int]
+    heartbeat_port: int | None
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def replicas(self) -> int:
+        return self.count * REPLICAS
+
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds of each of our processes, of this driver, and of the whole machine."""
+        seconds = {name: ProcessSampler(pid).cpu_seconds() for name, pid in self.pids.items()}
+        return seconds | {
+            "driver": ProcessSampler(os.getpid()).cpu_seconds(),
+            "machine": machine_cpu_seconds(),
+        }
+
+    def settle(self, timeout: float) -> None:
+        """Until every replica holds its Lease and acknowledged its policy's newest plan, and no
+        plan changed for SETTLED_FOR_S."""
+        started = time.monotonic()
+        reported = started
+        stats = self.generator.call("stats")
+        while time.monotonic() - started < timeout:
+            stats = self.generator.call("stats")
+            if (
+                stats["held"] == self.replicas
+                and stats["acked_newest"] == self.replicas
+                and stats["now"] - stats["last_plan_change"] >= SETTLED_FOR_S
+            ):
+                break
+            if not self.operator.alive():
+                raise RuntimeError(f"the operator died during setup:\n{self.operator.log_tail()}")
+            if time.monotonic() - reported >= 15:
+                reported = time.monotonic()
+                print(
+                    f"  setup {reported - started:.0f} s: {stats['held']} held, {stats['acked_newest']} "
+                    f"acknowledged the newest plan of {self.replicas}",
+                    flush=True,
+                )
+            time.sleep(2.0)
+        settled = stats["held"] == self.replicas and stats["acked_newest"] == self.replicas
+        self.figures["setup"] = {
+            "settled": settled,
+            "seconds": round(time.monotonic() - started, 1),
+            "held": stats["held"],
+            "acked_newest": stats["acked_newest"],
+            "counts": stats["counts"],
+            "uptime": machine_load(),
+        }
+        print(f"  setup: {json.dumps({k: v for k, v in self.figures['setup'].items() if k != 'counts'})}")
+
+    def steady(self, seconds: float) -> None:
+        # The scrapes are outside the CPU window (a scrape of 1,000 policies' metrics costs the
+        # operator CPU); their own two requests are inside the request window.
+        requests_before, requests_at = api_requests(self.kubectl), time.monotonic()
+        answers_before = heartbeat_answers(self.metrics_port)
+        cpu_before, cpu_at = self.cpu(), time.monotonic()
+        generator_before = self.generator.call("stats")
+        ports = {"operator": self.heartbeat_port, "generator": generator_before["udp_port"]}
+        drops_before = {name: udp_drops(port) for name, port in ports.items()}
+        time.sleep(seconds)
+        drops_after = {name: udp_drops(port) for name, port in ports.items()}
+        generator_after = self.generator.call("stats", since=generator_before["now"])
+        cpu_after, cpu_elapsed = self.cpu(), time.monotonic() - cpu_at
+        answers_after = heartbeat_answers(self.metrics_port)
+        requests_after, requests_elapsed = api_requests(self.kubectl), time.monotonic() - requests_at
+        generator_elapsed = generator_after["now"] - generator_before["now"]
+
+        def rates(after: dict[str, float], before: dict[str, float], elapsed: float) -> dict[str, float]:
+            diffs = {k: (v - before.get(k, 0.0)) / elapsed for k, v in after.items()}
+            return {k: round(v, 2) for k, v in sorted(diffs.items(), key=lambda kv: -kv[1]) if v > 0}
+
+        api: dict[str, float] | None = None
+        if requests_before is not None and requests_after is not None:
+            api = {
+                k: v
+                for k, v in rates(requests_after, requests_before, requests_elapsed).items()
+                if "WATCH" not in k
+            }
+        lease_puts = None if api is None else api.get("PUT leases", 0.0)
+        generated = rates(generator_after["counts"], generator_before["counts"], generator_elapsed)
+        replica_writes = generated.get("lease_put_ok", 0.0)
+        cpu_percent = {
+            name: round(100 * (cpu_after[name] - cpu_before[name]) / cpu_elapsed, 1) for name in cpu_after
+        }
+        self.figures["steady"] = {
+            "window_s": round(requests_elapsed, 1),
+            "api_requests_per_s_besides_watch": None if api is None else round(sum(api.values()), 1),
+            "api_requests_per_s": api,
+            "lease_puts_per_s": lease_puts,
+            "lease_puts_percent": None if lease_puts is None else round(100 * lease_puts / self.replicas, 2),
+            "replica_lease_writes_per_s": replica_writes,
+            "replica_lease_writes_percent": round(100 * replica_writes / self.replicas, 2),
+            "generator_window_s": round(generator_elapsed, 1),
+            "cpu_percent_of_one_core": cpu_percent
+            | {
+                "others": round(
+                    cpu_percent["machine"] - sum(v for k, v in cpu_percent.items() if k != "machine"), 1
+                )
+            },
+            "heartbeat_answers_per_s": rates(answers_after, answers_before, requests_elapsed),
+            "udp_datagrams_dropped_in_window": {
+                name: None if after is None or before is None else after - before
+                for (name, after), before in zip(drops_after.items(), drops_before.values(), strict=True)
+                if ports[name] is not None
+            },
+            "generator_per_s": generated,
+            "generator_in_window": {
+                k: v - generator_before["counts"].get(k, 0)
+                for k, v in generator_after["counts"].items()
+                if v != generator_before["counts"].get(k, 0)
+            },
+            "generator_put_latency_ms": generator_after["put_latency_ms"],
+            "generator_tick_lateness_ms": generator_after["tick_lateness_ms"],
+            "replicas_invalid_at_end": generator_after["invalid_now"],
+            "uptime": machine_load(),
+        }
+        print(f"  steady: {json.dumps(self.figures['steady'])}", flush=True)
+
+    def _crash_target(
+        self, i: int, count: int, groups: dict[str, str], crashed: set[str]
+    ) -> tuple[str, int, int, frozenset[TopicPartition]] | None:
+        """The i-th of `count` crashes: the first policy from i/count of the way through that was
+        not crashed yet and has a replica owning partitions in its newest plan (policy, ordinal,
+        that plan's epoch, the partitions)."""
+        start = (i * self.count) // count
+        for step in range(self.count):
+            policy = f"policy-{(start + step) % self.count:04d}"
+            newest = self.observer.newest(policy)
+            if policy in crashed or newest is None:
+                continue
+            _, epoch, sets = newest
+            for ordinal in ((i + k) % REPLICAS for k in range(REPLICAS)):
+                held = sets.get(identity_name(groups[policy], ordinal), frozenset())
+                if held:
+                    return policy, ordinal, epoch, held
+        return None
+
+    def crashes(self, count: int, timeout: float) -> None:
+        """Crash `count` replicas one at a time, spread over the policies; time each until its
+        partitions have left its set in a published plan."""
+        groups = group_ids(self.count)
+        results: list[dict[str, Any]] = []
+        crashed: set[str] = set()
+        for i in range(count):
+            target = self._crash_target(i, count, groups, crashed)
+            if target is None:
+                results.append({"skipped": "no replica owns partitions in any plan seen"})
+                continue
+            policy, ordinal, epoch, held = target
+            crashed.add(policy)
+            identity = identity_name(groups[policy], ordinal)
+            reply = self.generator.call("crash", policy=policy, ordinal=ordinal)
+            crashed_at = float(reply["at"])
+            moved_at = None
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                moved_at = self.observer.moved_away(policy, identity, held, epoch)
+                if moved_at is not None:
+                    break
+                time.sleep(0.05)
+            seconds = None if moved_at is None else round(moved_at - crashed_at, 2)
+            results.append(
+                {
+                    "policy": policy,
+                    "identity": identity,
+                    "owned": len(held),
+                    "in_flight": reply["in_flight"],
+                    "seconds": seconds,
+                }
+            )
+            print(
+                f"  crash {i + 1}/{count}: {identity} ({len(held)} partitions) -> plan moved after "
+                f"{seconds} s",
+                flush=True,
+            )
+            time.sleep(2.0)  # the survivors acknowledge before the next crash
+        times = [r["seconds"] for r in results if r.get("seconds") is not None]
+        self.figures["crash_to_plan"] = {
+            "seconds": {k: round(v, 2) for k, v in spread(times).items()},
+            "not_moved_within_s": {
+                "timeout": timeout,
+                "count": sum(1 for r in results if "identity" in r and r["seconds"] is None),
+            },
+            "each": results,
+            "uptime": machine_load(),
+        }
+
+
+def point(mode: str, count: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    with ExitStack() as exits:
+        cluster = exits.enter_context(api_cluster(workdir / f"kube-{count}-{mode}"))
+        kubectl = Kubectl(cluster.kubeconfig)
+        install_crd(kubectl)
+        namespace = f"live-{mode[:5]}-{count}-{int(time.time()) % 100000}"
+        create_namespace(kubectl, namespace)
+        metrics_port = free_port()
+        extra = ["--metrics-port", str(metrics_port)]  # the last --metrics-port wins
+        heartbeat_address, heartbeat_port = None, None
+        if mode == "heartbeat":
+            heartbeat_port = free_port(socket.SOCK_DGRAM)
+            heartbeat_address = f"127.0.0.1:{heartbeat_port}"
+            extra += ["--heartbeat-port", str(heartbeat_port), "--heartbeat-address", heartbeat_address]
+        operator = OperatorProcess(
+            kubeconfig=cluster.kubeconfig,
+            namespace=namespace,
+            log_path=workdir / f"operator-{count}-{mode}.log",
+            extra=extra,
+            tick=None,
+            heartbeats=False,  # heartbeat mode passes its own flags above
+        )
+        if os.environ.get("KUBECONFIG"):
+            exits.callback(release_namespace, cluster.kubeconfig, kubectl, namespace, count)
+        print(f"== {count} policies, {mode} mode, namespace {namespace}; {machine_load()}", flush=True)
+        operator.start()
+        exits.callback(operator.stop)
+        operator.wait_started()
+        wait_until("the operator to lead", operator.leads, 60, operator)
+        assert operator.process is not None
+        observer = PlanObserver(cluster.kubeconfig, namespace)
+        observer.start()
+        exits.callback(observer.stop)
+        config = PlayConfig(
+            kubeconfig=cluster.kubeconfig,
+            namespace=namespace,
+            count=count,
+            mode=mode,
+            heartbeat_address=heartbeat_address,
+            write_threads=args.write_threads,
+        )
+        generator = Generator(config, workdir / f"generator-{count}-{mode}.log")
+        exits.callback(generator.stop)
+        run = Point(
+            mode=mode,
+            count=count,
+            kubectl=kubectl,
+            operator=operator,
+            metrics_port=metrics_port,
+            generator=generator,
+            observer=observer,
+            pids={**cluster.pids, "operator": operator.process.pid, "generator": generator.pid},
+            heartbeat_port=heartbeat_port,
+        )
+        run.figures["uptime_start"] = machine_load()
+        started = time.monotonic()
+
+        def create(api: KubeApi, index: int) -> None:
+            api.create("ConsumerGroupPolicy", namespace, policy_manifest(index, "127.0.0.1:9092"))
+
+        in_parallel(cluster.kubeconfig, list(range(count)), create)
+        run.figures["create_s"] = round(time.monotonic() - started, 1)
+        print(f"  created {count} policies in {run.figures['create_s']} s", flush=True)
+        run.settle(args.setup_timeout)
+        run.steady(args.steady)
+        run.crashes(args.crashes, args.crash_timeout)
+        run.figures["generator_counts_end"] = generator.call("stats")["counts"]
+        run.figures["operator_rss_mib_end"] = round(ProcessSampler(operator.process.pid).rss_mib(), 1)
+        run.figures["operator_log"] = log_problems(operator.log_path)
+        run.figures["observer_relists"] = observer.relists
+        run.figures["uptime_end"] = machine_load()
+        return run.figures
+
+
+def markdown_table(figures: dict[str, dict[str, Any]]) -> str:
+    """The RESULTS.md table: one row per measure, one column per (mode, N)."""
+
+    def setup(f: dict[str, Any]) -> str:
+        done = f["setup"]
+        return f"{done['seconds']} s" + (
+            "" if done["settled"] else f" (NOT settled: {done['acked_newest']} acked)"
+        )
+
+    def api_top(f: dict[str, Any]) -> str:
+        return ", ".join(f"{k} {v}" for k, v in list(f["steady"]["api_requests_per_s"].items())[:4])
+
+    def window(*prefixes: str) -> Callable[[dict[str, Any]], str]:
+        def read(f: dict[str, Any]) -> str:
+            counts = f["steady"]["generator_in_window"]
+            per_s = [
+                sum(v for k, v in counts.items() if k.startswith(p)) / f["steady"]["generator_window_s"]
+                for p in prefixes
+            ]
+            return " / ".join(f"{value:.1f}" for value in per_s)
+
+        return read
+
+    def in_window(key: str) -> Callable[[dict[str, Any]], int]:
+        return lambda f: int(f["steady"]["generator_in_window"].get(key, 0))
+
+    def latency(f: dict[str, Any]) -> str:
+        ms = f["steady"]["generator_put_latency_ms"]
+        return f"{ms.get('median', 'n/a')} / {ms.get('p95', 'n/a')} ms (n={ms['n']})"
+
+    def cpu(name: str) -> Callable[[dict[str, Any]], str]:
+        return lambda f: f"{f['steady']['cpu_percent_of_one_core'][name]} %"
+
+    def crash(f: dict[str, Any]) -> str:
+        s, missed = f["crash_to_plan"]["seconds"], f["crash_to_plan"]["not_moved_within_s"]["count"]
+        late = f", {missed} not moved" if missed else ""
+        return f"{s['median']:.2f} / {s['p95']:.2f} / {s['max']:.2f} s (n={s['n']}{late})"
+
+    rows: list[tuple[str, Callable[[dict[str, Any]], Any]]] = [
+        ("setup: every Lease taken, newest plan acknowledged", setup),
+        (
+            "API requests/s besides WATCH (all clients)",
+            lambda f: f["steady"]["api_requests_per_s_besides_watch"],
+        ),
+        ("largest (verb resource requests/s)", api_top),
+        ("Lease PUTs/s at the API server", lambda f: f["steady"]["lease_puts_per_s"]),
+        ("... as % of replicas per second", lambda f: f"{f['steady']['lease_puts_percent']} %"),
+        (
+            "replicas' own Lease writes, % of replicas per second (target <= 1 %)",
+            lambda f: f"{f['steady']['replica_lease_writes_percent']} %",
+        ),
+        (
+            "replicas' Lease PUTs/s: ok / conflict / failed",
+            window("lease_put_ok", "lease_put_conflict", "lease_put_failed"),
+        ),
+        ("replicas' Lease PUT latency median / p95", latency),
+        (
+            "generator's own lateness per liveness action, median / p95 / max",
+            lambda f: "{median} / {p95} / {max} ms".format(**f["steady"]["generator_tick_lateness_ms"]),
+        ),
+        (
+            "heartbeats granted/s (operator metric)",
+            lambda f: f["steady"]["heartbeat_answers_per_s"].get("granted", 0.0),
+        ),
+        (
+            "heartbeats/s sent (second datagrams included) / second datagrams / unanswered / refused",
+            window("heartbeats_sent", "heartbeats_resent", "heartbeats_unanswered", "heartbeats_refused"),
+        ),
+        (
+            "heartbeats dropped by the kernel: at the operator / at the generator",
+            lambda f: (
+                " / ".join(str(v) for v in f["steady"]["udp_datagrams_dropped_in_window"].values()) or "n/a"
+            ),
+        ),
+        ("fences of live replicas in the window", in_window("fenced")),
+        ("replicas whose validity lapsed in the window", in_window("validity_lapses")),
+        ("CPU operator (% of one core)", cpu("operator")),
+        ("CPU kube-apiserver", cpu("kube-apiserver")),
+        ("CPU etcd", cpu("etcd")),
+        ("CPU load generator", cpu("generator")),
+        (
+            "CPU of the whole machine (of 200 %) / of other processes",
+            lambda f: f"{cpu('machine')(f)} / {cpu('others')(f)}",
+        ),
+        ("crash -> plan moved: median / p95 / max", crash),
+        (
+            "load average at the end of the window",
+            lambda f: f["steady"]["uptime"].split("load average:")[-1].strip(),
+        ),
+    ]
+
+    def cell(column: str, read: Callable[[dict[str, Any]], Any]) -> str:
+        try:
+            return str(read(figures[column]))
+        except (KeyError, TypeError, ZeroDivisionError):
+            return "n/a"
+
+    lines = ["| | " + " | ".join(figures) + " |", "|---|" + "---:|" * len(figures)]
+    lines += [f"| {name} | " + " | ".join(cell(c, read) for c in figures) + " |" for name, read in rows]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--counts", type=int, nargs="+", default=[100, 1000])
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--steady", type=float, default=60.0, help="steady-state window, seconds")
+    parser.add_argument("--crashes", type=int, default=10, help="replicas crashed one at a time")
+    parser.add_argument("--setup-timeout", type=float, default=420.0, help="seconds to wait for setup")
+    parser.add_argument("--crash-timeout", type=float, default=30.0, help="seconds to wait for each move")
+    parser.add_argument("--write-threads", type=int, default=48, help="the generator's writer pool")
+    parser.add_argument("--json", type=Path, help="write the figures here too")
+    parser.add_argument("--play", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.play:
+        return play(PlayConfig(**json.loads(args.play)))
+    workdir = Path(tempfile.mkdtemp(prefix="groupops-liveness-load-"))
+    print(f"work directory {workdir}; {machine_load()}", flush=True)
+    figures: dict[str, dict[str, Any]] = {}
+    for count in args.counts:
+        for mode in args.modes:
+            figures[f"{mode} {count}"] = point(mode, count, args, workdir)
+            if args.json:
+                args.json.write_text(json.dumps(figures, indent=2))
+    print(json.dumps(figures, indent=2))
+    print(markdown_table(figures))
+    print(f"done; {machine_load()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
