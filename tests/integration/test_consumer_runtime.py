@@ -212,7 +212,10 @@ def test_replicas_follow_every_plan_and_hand_partitions_over_without_loss_or_ove
     # fault to explain it (a self-fence on an overloaded machine would, and is journaled).
     assert report_seen.unexplained == []
     moves = sum(1 for p in driver.publications if p.waiting)
-    assert moves >= 4, "each replan went through a release epoch"
+    # A replan moves a partition through a release epoch, or at once from an owner the driver
+    # fenced (its renewals came late: seen once in CI on a loaded machine, as `fences` shows).
+    print(f"release epochs {moves}, fences {driver.fences}")
+    assert moves + len(driver.fences) >= 4, "a replan moved partitions without a release or a fence"
 
 
 def test_a_replica_serves_metrics_that_match_the_plan_it_acknowledged(group: Group) -> None:
