@@ -211,11 +211,20 @@ def test_replicas_follow_every_plan_and_hand_partitions_over_without_loss_or_ove
     # A graceful handoff commits before it acknowledges: a duplicate it caused would have no
     # fault to explain it (a self-fence on an overloaded machine would, and is journaled).
     assert report_seen.unexplained == []
+    # Two epochs per move: a partition enters a new owner's set only from a plan that gave it to
+    # nobody (released, waiting), unless its old owner was fenced.
+    fenced = {identity for _, identity, _ in driver.fences}
+    for before, after in zip(driver.publications, driver.publications[1:], strict=False):
+        owner_before = {tp: identity for identity, tps in before.assignment.items() for tp in tps}
+        for identity, tps in after.assignment.items():
+            for tp in tps:
+                old = owner_before.get(tp)
+                assert old in (None, identity) or old in fenced, (
+                    f"{tp} moved from {old} to {identity} in one epoch ({before.epoch} -> {after.epoch})"
+                )
     moves = sum(1 for p in driver.publications if p.waiting)
-    # A replan moves a partition through a release epoch, or at once from an owner the driver
-    # fenced (its renewals came late: seen once in CI on a loaded machine, as `fences` shows).
-    print(f"release epochs {moves}, fences {driver.fences}")
-    assert moves + len(driver.fences) >= 4, "a replan moved partitions without a release or a fence"
+    print(f"release epochs {moves}, fences {driver.fences}, publications {len(driver.publications)}")
+    assert moves >= 1, "the replans moved partitions through release epochs"
 
 
 def test_a_replica_serves_metrics_that_match_the_plan_it_acknowledged(group: Group) -> None:
