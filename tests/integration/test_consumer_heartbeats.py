@@ -17,8 +17,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
 
 from groupops.consumer.kube import ReplicaKube
 from groupops.consumer.lease import LeaseKeeper
@@ -29,7 +27,6 @@ from groupops.kubeapi import KubeClient
 from groupops.model import MemberId
 from groupops.planner.handoff import LeaseClock
 from groupops.planner.plan_format import fence_annotations, lease_record
-from tests.e2e.kube_api import KubeApi
 from tests.e2e.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -37,23 +34,6 @@ pytestmark = pytest.mark.integration
 POLICY = "orders"
 LEASE = "orders-worker-0"
 DURATION_S = 2
-
-
-@pytest.fixture
-def client(kube_config: str) -> KubeClient:
-    configuration = k8s_client.Configuration()
-    k8s_config.load_kube_config(config_file=kube_config, client_configuration=configuration)  # type: ignore[no-untyped-call]
-    return KubeClient(k8s_client.ApiClient(configuration))
-
-
-@pytest.fixture
-def namespace(kube_config: str, unique_name: object) -> Iterator[str]:
-    api = KubeApi(kube_config)
-    name = unique_name("beats")  # type: ignore[operator]
-    api.create("Namespace", None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    yield name
-    api.delete("Namespace", None, name)
-    api.close()
 
 
 class Operator:

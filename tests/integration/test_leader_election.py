@@ -6,39 +6,18 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
-from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
 
 from groupops.controller.leader import LeaderElector
 from groupops.controller.settings import ElectionSettings
 from groupops.kubeapi import KubeClient
-from tests.e2e.kube_api import KubeApi
 from tests.e2e.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
 LEASE_S = 2.0
 RETRY_S = 0.25
-
-
-@pytest.fixture
-def client(kube_config: str) -> KubeClient:
-    configuration = k8s_client.Configuration()
-    k8s_config.load_kube_config(config_file=kube_config, client_configuration=configuration)  # type: ignore[no-untyped-call]
-    return KubeClient(k8s_client.ApiClient(configuration))
-
-
-@pytest.fixture
-def namespace(kube_config: str, unique_name: object) -> Iterator[str]:
-    api = KubeApi(kube_config)
-    name = unique_name("election")  # type: ignore[operator]
-    api.create("Namespace", None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    yield name
-    api.delete("Namespace", None, name)
-    api.close()
 
 
 def elector(client: KubeClient, namespace: str, identity: str) -> LeaderElector:
