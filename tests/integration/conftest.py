@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from kubernetes import client as k8s_client
@@ -10,6 +11,8 @@ from kubernetes import config as k8s_config
 
 from groupops.kubeapi import KubeClient
 from tests.e2e.kube_api import KubeApi
+from tests.e2e.runtime_support import create_namespace, create_topic
+from tests.integration.test_consumer_runtime import Group
 
 
 @pytest.fixture
@@ -27,3 +30,38 @@ def namespace(kube_config: str, unique_name: object) -> Iterator[str]:
     yield name
     api.delete("Namespace", None, name)
     api.close()
+
+
+@pytest.fixture
+def make_group(
+    kafka_bootstrap: str, kube_config: str, unique_name: Callable[[str], str], tmp_path: Path
+) -> Iterator[Callable[[int], Group]]:
+    """`make(n)`: a Group of its own (namespace, topic with n partitions, group id); every one
+    made is closed (driver, consumers, proxies) at the end of the test."""
+    api = KubeApi(kube_config)
+    groups: list[Group] = []
+
+    def make(partitions: int) -> Group:
+        namespace = unique_name("group")
+        create_namespace(api, namespace)
+        topic = unique_name("orders")
+        create_topic(kafka_bootstrap, topic, partitions)
+        g = Group(
+            api=api,
+            bootstrap=kafka_bootstrap,
+            namespace=namespace,
+            topic=topic,
+            partitions=partitions,
+            group_id=unique_name("processor"),
+            workdir=tmp_path,
+            kubeconfig=kube_config,
+        )
+        groups.append(g)
+        return g
+
+    try:
+        yield make
+    finally:
+        for g in groups:
+            g.close()
+        api.close()

@@ -28,6 +28,17 @@ tell replicas apart. Labels stay bounded: at most one series per partition, neve
 | revoke_seconds           | histogram |                  | applying an epoch that takes partitions away ->  |
 |                          |           |                  | paused, committed, unassigned, acknowledgement   |
 |                          |           |                  | handed to the Lease keeper (it writes at once)   |
+| release_commits_total    | counter   | outcome          | release commits (a plan took partitions away):   |
+|                          |           |                  | `committed`, or `uncommitted` when the retries   |
+|                          |           |                  | ran out of budget or Lease (the next owner       |
+|                          |           |                  | processes the last messages again)               |
+| processing_errors_total  | counter   | action           | callback failures: `retried` (one per retry),    |
+|                          |           |                  | then per message `skipped`, `dead_lettered`, or  |
+|                          |           |                  | per partition `stopped` (spec.consumers.onError) |
+| partitions_stopped       | gauge     |                  | owned partitions stopped on a failing message    |
+| offset_resets_total      | counter   |                  | partitions whose committed offset was gone from  |
+|                          |           |                  | the log (retention, recreated topic), resumed at |
+|                          |           |                  | their oldest message                             |
 | lag                      | gauge     | topic, partition | high watermark - next offset to process, per     |
 |                          |           |                  | owned partition, every commit interval, from the |
 |                          |           |                  | client's cached watermarks (no broker call)      |
@@ -124,6 +135,32 @@ class ConsumerMetrics:
             buckets=_REVOKE_BUCKETS,
             registry=self.registry,
         )
+        self.release_commits = Counter(
+            "groupops_consumer_release_commits",
+            "Release commits by outcome: committed, or uncommitted (budget or Lease ran out).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        for outcome in ("committed", "uncommitted"):
+            self.release_commits.labels(outcome)
+        self.processing_errors = Counter(
+            "groupops_consumer_processing_errors",
+            "Callback failures by action: retried, skipped, dead_lettered, stopped.",
+            ["action"],
+            registry=self.registry,
+        )
+        for action in ("retried", "skipped", "dead_lettered", "stopped"):
+            self.processing_errors.labels(action)
+        self.partitions_stopped = Gauge(
+            "groupops_consumer_partitions_stopped",
+            "Owned partitions stopped on a message the callback keeps failing on.",
+            registry=self.registry,
+        )
+        self.offset_resets = Counter(
+            "groupops_consumer_offset_resets",
+            "Partitions whose committed offset was no longer in the log, resumed at their oldest message.",
+            registry=self.registry,
+        )
         self.lag = Gauge(
             "groupops_consumer_lag",
             "High watermark minus the next offset to process, per owned partition.",
@@ -149,6 +186,15 @@ class ConsumerMetrics:
     def revoked(self, seconds: float) -> None:
         self.revoke_seconds.observe(seconds)
 
+    def release_committed(self, committed: bool) -> None:
+        self.release_commits.labels("committed" if committed else "uncommitted").inc()
+
+    def processing_error(self, action: str, count: int = 1) -> None:
+        self.processing_errors.labels(action).inc(count)
+
+    def offset_reset(self) -> None:
+        self.offset_resets.inc()
+
     def released(self, partitions: Iterable[TopicPartition]) -> None:
         """Partitions left this replica: their lag is no longer this replica's to report."""
         for tp in partitions:
@@ -172,6 +218,7 @@ class ConsumerMetrics:
 
     def stopped(self) -> None:
         self.partitions_owned.set(0)
+        self.partitions_stopped.set(0)
         self.lease_valid.set(0)
         self.released(list(self._lag_partitions))
 

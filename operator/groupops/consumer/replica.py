@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Set
+from collections.abc import Callable, Mapping, Set
 from typing import Any
 
 from groupops.consumer.brokerprobe import BrokerProbe
@@ -101,6 +101,9 @@ class Replica:
         self._owned: Set[TopicPartition] = frozenset()
         """Only ever rebound, never mutated: the watchdog's thread reads it."""
         self._progress: dict[TopicPartition, int] = {}
+        self._stopped: Mapping[TopicPartition, int] = {}
+        """Partitions stopped on a failing message (consumer/failures.py) -> its offset; only ever
+        rebound, never mutated: the watchdog's thread reads it."""
         self._fatal: str | None = None
         self._last_commit = 0.0
         self.processed = 0
@@ -180,7 +183,10 @@ class Replica:
     def _sample_progress(self, timeout_s: float) -> Sample:
         assert self._probe is not None
         # `_owned` is only ever rebound and `dict.copy()` is atomic: consistent reads.
-        return self._probe.sample(frozenset(self._owned), self._progress.copy(), timeout_s)
+        # A partition stopped on a failing message is reported, not stuck.
+        return self._probe.sample(
+            frozenset(self._owned - self._stopped.keys()), self._progress.copy(), timeout_s
+        )
 
     def _on_stuck(self, stuck: Stuck) -> float:
         assert self._keeper is not None

@@ -57,7 +57,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaPartition
 
 from groupops.consumer import ownership
@@ -67,9 +67,11 @@ from groupops.consumer.errors import (
     KafkaFailure,
     LeaseLostError,
 )
+from groupops.consumer.failures import DeadLetterWriter, ErrorAction, Failure, call_with_retries
 from groupops.consumer.journal import Journal
 from groupops.consumer.kube import ReplicaKube
 from groupops.consumer.metrics import ConsumerMetrics
+from groupops.consumer.offsets import Committer, resolve_starts
 from groupops.consumer.planwatch import PlanWatcher
 from groupops.consumer.processors import Processor
 from groupops.consumer.replica import Replica, kafka_config
@@ -83,8 +85,7 @@ __all__ = ["PlanRuntime", "ProcessingError"]
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.1
-_SYNC_COMMIT_ATTEMPTS = 3
-_SYNC_COMMIT_TIMEOUT_S = 10.0
+_KAFKA_READ_TIMEOUT_S = 5.0
 
 
 class ProcessingError(ConsumerError):
@@ -109,7 +110,17 @@ class PlanRuntime(Replica):
         self._watcher: PlanWatcher | None = None
         self._kube: ReplicaKube | None = None
         self._owned: set[TopicPartition] = set()
-        self._committed: dict[TopicPartition, int] = {}
+        self._committer: Committer | None = None
+        self._dead_letters = (
+            DeadLetterWriter(
+                settings.on_error.dead_letter_topic,
+                {**settings.kafka.properties, "bootstrap.servers": settings.kafka.bootstrap_servers},
+                settings.identity,
+            )
+            if settings.on_error.action is ErrorAction.DEAD_LETTER and settings.on_error.dead_letter_topic
+            else None
+        )
+        self._group_started_ms = settings.group_started_ms or int(time.time() * 1000)
         self._active = False
         self._applied: int | None = None
         self._floor_seen = -1
@@ -156,7 +167,21 @@ class PlanRuntime(Replica):
             keeper.start()
             self._watcher.start()
             self._consumer = Consumer(
-                kafka_config(settings, on_commit=self._on_commit, error_cb=self._on_error)
+                {
+                    **kafka_config(settings, on_commit=self._on_commit, error_cb=self._on_error),
+                    # `latest` is applied by resolve_starts, to a group's first start only. A
+                    # position librdkafka cannot use (out of range: retention deleted it) is an
+                    # error here, which `_restart_at_oldest` reports and answers.
+                    "auto.offset.reset": "error",
+                }
+            )
+            self._committer = Committer(
+                self._consumer,
+                self._progress,
+                still_valid=self._still_valid,
+                metrics=self.metrics,
+                journal=self._journal,
+                timeout_s=_KAFKA_READ_TIMEOUT_S,
             )
             self._start_watchdog()
             self._loop()
@@ -211,8 +236,8 @@ class PlanRuntime(Replica):
         self._stop_watchdog()
         try:
             if self._consumer is not None:
-                if self._active and keeper is not None and keeper.valid():
-                    self._commit_sync(self._owned)
+                if self._active and keeper is not None and keeper.valid() and self._committer is not None:
+                    self._committer.commit_final(self._owned)
                 self._unassign(self._owned)
                 self._owned = set()
                 self._active = False
@@ -225,6 +250,8 @@ class PlanRuntime(Replica):
                 keeper.release(through=max(newest, self._applied or 0), acked_epoch=self._applied)
             if watcher is not None:
                 watcher.stop()
+            if self._dead_letters is not None:
+                self._dead_letters.close()
             if self._consumer is not None:
                 self._consumer.close()
                 self._consumer = None
@@ -262,12 +289,7 @@ class PlanRuntime(Replica):
         if leaving:
             self._release(leaving)
         if entering:
-            partitions = kafka_partitions(entering)
-            self._consumer.incremental_assign(partitions)
-            # librdkafka keeps a partition's pause flag across unassign/assign: one this process
-            # paused when it released it earlier would otherwise never be fetched again.
-            self._consumer.resume(partitions)
-            self._journal.event("assign", time.time(), epoch=published.epoch, parts=_names(entering))
+            self._assign(entering, published.epoch)
         self._owned = mine
         self._applied = published.epoch
         self._active = True
@@ -286,14 +308,64 @@ class PlanRuntime(Replica):
             len(entering),
         )
 
+    def _assign(self, entering: set[TopicPartition], epoch: int) -> None:
+        """Start consuming `entering` where the group left it (consumer/offsets.py: a partition
+        with no commit starts by the reset rule, and that start is committed at once)."""
+        committer = self._committer
+        assert committer is not None
+        starts = resolve_starts(
+            self._consumer,
+            entering,
+            auto_offset_reset=self.settings.kafka.auto_offset_reset,
+            group_started_ms=self._group_started_ms,
+            timeout_s=_KAFKA_READ_TIMEOUT_S,
+        )
+        if starts.unresolved:
+            log.warning(
+                "%d partitions start from their committed offset or the log start: where they "
+                "start could not be read",
+                len(starts.unresolved),
+            )
+        committer.commit_starts(starts.starts)
+        committer.assigned(starts, entering)
+        partitions = starts.assignment(entering)
+        self._consumer.incremental_assign(partitions)
+        # librdkafka keeps a partition's pause flag across unassign/assign: one this process
+        # paused when it released it earlier would otherwise never be fetched again.
+        self._consumer.resume(partitions)
+        self._journal.event(
+            "assign",
+            time.time(),
+            epoch=epoch,
+            parts=_names(entering),
+            starts={str(tp): offset for tp, offset in sorted(starts.starts.items())},
+        )
+
     def _release(self, leaving: set[TopicPartition]) -> None:
+        committer = self._committer
+        assert committer is not None
         partitions = kafka_partitions(leaving)
         self._consumer.pause(partitions)
-        self._commit_sync(leaving)
+        budget = self.settings.release_commit_budget_s
+        assert budget is not None
+        outcome = committer.commit_release(leaving, budget_s=budget)
+        self.metrics.release_committed(outcome.committed)
+        if not outcome.committed:
+            log.error(
+                "releasing %d partitions uncommitted after %d attempts (%s); their next owner "
+                "processes their last messages again",
+                len(outcome.uncommitted),
+                outcome.attempts,
+                outcome.reason,
+            )
+            self._journal.event(
+                "release-uncommitted", time.time(), parts=_names(outcome.uncommitted), why=outcome.reason
+            )
         self._consumer.incremental_unassign(partitions)
         for tp in leaving:
             self._progress.pop(tp, None)
-            self._committed.pop(tp, None)
+        committer.forget(leaving)
+        self._unstop(leaving)
         self.metrics.released(leaving)
         self._journal.event("release", time.time(), parts=_names(leaving))
 
@@ -304,7 +376,9 @@ class PlanRuntime(Replica):
         self._unassign(self._owned)
         self._owned = set()
         self._progress.clear()
-        self._committed.clear()
+        self._unstop(list(self._stopped))
+        if self._committer is not None:
+            self._committer.forget_all()
         self._active = False
         self._needs_refresh = True
         self.metrics.fenced(was_consuming=was_consuming)
@@ -334,38 +408,121 @@ class PlanRuntime(Replica):
         if not usable:
             return
         if self._processor.batch is not None:
-            self._process_batch(usable)
+            self._process(self._processor.batch, usable, usable)
             return
         for message in usable:
-            if not self._still_valid():
-                self._fence("the Lease expired before processing")
+            if (message.topic(), message.partition()) in self._stopped:
+                continue
+            if not self._process(self._processor.one, message, [message]):
                 return
-            start = time.time()
-            self._call(self._processor.one, message)
-            end = time.time()
-            if not self._still_valid():
-                self._fence("the Lease expired while processing: result not accepted")
-                return
-            self._accept(message, start, end)
 
-    def _process_batch(self, messages: Sequence[Any]) -> None:
+    def _process(self, function: Any, argument: Any, messages: Sequence[Any]) -> bool:
+        """Run the callback on one message or a batch (with the retries of `spec.consumers.onError`)
+        and accept the result if the Lease was valid throughout. False when the replica fenced."""
         if not self._still_valid():
             self._fence("the Lease expired before processing")
-            return
+            return False
         start = time.time()
-        self._call(self._processor.batch, messages)
+        failure = call_with_retries(
+            function, argument, self.settings.on_error, still_valid=self._still_valid, on_retry=self._retrying
+        )
         end = time.time()
         if not self._still_valid():
-            self._fence("the Lease expired while processing: batch not accepted")
-            return
-        for message in messages:
-            self._accept(message, start, end)
+            self._fence("the Lease expired while processing: result not accepted")
+            return False
+        if failure is None:
+            for message in messages:
+                self._accept(message, start, end)
+        else:
+            self._failed(messages, failure, start, end)
+        return True
 
-    def _call(self, function: Any, argument: Any) -> None:
-        try:
-            function(argument)
-        except Exception as e:
-            raise ProcessingError(f"the processing callback raised {type(e).__name__}: {e}") from e
+    def _retrying(self, attempt: int, error: BaseException) -> None:
+        self.metrics.processing_error("retried")
+        log.warning(
+            "the processing callback raised %s: %s (attempt %d of %d; retrying)",
+            type(error).__name__,
+            error,
+            attempt,
+            self.settings.on_error.retries + 1,
+        )
+
+    def _failed(self, messages: Sequence[Any], failure: Failure, start: float, end: float) -> None:
+        """Every retry failed: the action of `spec.consumers.onError` (consumer/failures.py)."""
+        action = self.settings.on_error.action
+        first = messages[0]
+        where = f"{first.topic()}-{first.partition()}@{first.offset()}"
+        if action is ErrorAction.DEAD_LETTER:
+            assert self._dead_letters is not None
+            problem = self._dead_letters.write(messages, failure)
+            if problem is None:
+                self.metrics.processing_error("dead_lettered", len(messages))
+                log.error(
+                    "%s (%d messages) sent to dead-letter topic %s after %d attempts: %s",
+                    where,
+                    len(messages),
+                    self._dead_letters.topic,
+                    failure.attempts,
+                    failure.describe(),
+                )
+                self._journal_failure("dead-lettered", messages, failure)
+                for message in messages:
+                    self._accept(message, start, end)
+                return
+            log.error("%s could not be dead-lettered (%s): stopping its partition", where, problem)
+        elif action is ErrorAction.SKIP:
+            self.metrics.processing_error("skipped", len(messages))
+            log.error(
+                "%s (%d messages) skipped after %d attempts: %s",
+                where,
+                len(messages),
+                failure.attempts,
+                failure.describe(),
+            )
+            self._journal_failure("skipped", messages, failure)
+            for message in messages:
+                self._accept(message, start, end)
+            return
+        self._stop_partitions(messages, failure)
+
+    def _stop_partitions(self, messages: Sequence[Any], failure: Failure) -> None:
+        """Pause the partitions of `messages` at their first failing message: nothing after it is
+        processed or committed by this process; the other partitions go on."""
+        stopped = dict(self._stopped)
+        for message in messages:
+            tp = TopicPartition(message.topic(), message.partition())
+            if tp in self._owned and tp not in stopped:
+                stopped[tp] = message.offset()
+        fresh = {tp: offset for tp, offset in stopped.items() if tp not in self._stopped}
+        if not fresh:
+            return
+        self._consumer.pause(kafka_partitions(fresh))
+        self._stopped = stopped
+        self.metrics.processing_error("stopped", len(fresh))
+        self.metrics.partitions_stopped.set(len(stopped))
+        for tp, offset in sorted(fresh.items()):
+            log.error(
+                "%s stopped at offset %d after %d attempts: %s. It stays stopped (and reported) until "
+                "it moves to another replica or this one restarts",
+                tp,
+                offset,
+                failure.attempts,
+                failure.describe(),
+            )
+            self._journal.event("stopped", time.time(), part=str(tp), offset=offset, why=failure.describe())
+
+    def _unstop(self, partitions: Iterable[TopicPartition]) -> None:
+        if any(tp in self._stopped for tp in partitions):
+            self._stopped = {tp: o for tp, o in self._stopped.items() if tp not in set(partitions)}
+            self.metrics.partitions_stopped.set(len(self._stopped))
+
+    def _journal_failure(self, kind: str, messages: Sequence[Any], failure: Failure) -> None:
+        self._journal.event(
+            kind,
+            time.time(),
+            messages=[f"{m.topic()}-{m.partition()}@{m.offset()}" for m in messages],
+            why=failure.describe(),
+        )
 
     def _accept(self, message: Any, start: float, end: float) -> None:
         tp = TopicPartition(message.topic(), message.partition())
@@ -382,29 +539,32 @@ class PlanRuntime(Replica):
             return True
         if error.fatal():
             raise KafkaFailure(f"fatal Kafka error: {error}")
-        if error.code() != KafkaError._PARTITION_EOF:
+        if error.code() == KafkaError._AUTO_OFFSET_RESET:
+            self._restart_at_oldest(TopicPartition(message.topic() or "", message.partition() or 0), error)
+        elif error.code() != KafkaError._PARTITION_EOF:
             log.warning("Kafka: %s", error)
         return False
 
-    # -- commits ------------------------------------------------------------------------------------
+    def _restart_at_oldest(self, tp: TopicPartition, error: Any) -> None:
+        """The partition's position is not in the log any more (retention deleted it, the topic
+        was recreated), or it never had one: go on from its oldest message, as Kafka's consumer
+        does under `earliest`, and say so. Never `latest`: that would skip what is still there."""
+        if tp not in self._owned:
+            return
+        self.metrics.offset_reset()
+        self._journal.event("offset-reset", time.time(), part=str(tp), why=error.str())
+        log.warning("%s: no usable position (%s); consuming from its oldest message", tp, error.str())
+        self._consumer.incremental_unassign([KafkaPartition(tp.topic, tp.partition)])
+        oldest = [KafkaPartition(tp.topic, tp.partition, OFFSET_BEGINNING)]
+        self._consumer.incremental_assign(oldest)
+        self._consumer.resume(oldest)
 
-    def _pending(self, partitions: Iterable[TopicPartition] | None) -> dict[TopicPartition, int]:
-        chosen = (
-            self._progress
-            if partitions is None
-            else {tp: self._progress[tp] for tp in partitions if tp in self._progress}
-        )
-        return {tp: offset for tp, offset in chosen.items() if self._committed.get(tp) != offset}
+    # -- commits ------------------------------------------------------------------------------------
 
     def _commit_async(self) -> None:
         self._last_commit = time.monotonic()
-        pending = self._pending(None)
-        if pending and self._still_valid():
-            try:
-                self._consumer.commit(offsets=kafka_partitions(pending, pending), asynchronous=True)
-            except KafkaException as e:
-                self.metrics.commit_failed()
-                log.warning("commit failed: %s", e)
+        if self._committer is not None:
+            self._committer.commit_async()
         self._record_lag()
 
     def _record_lag(self) -> None:
@@ -431,48 +591,9 @@ class PlanRuntime(Replica):
             log.debug("lag not known: %s", e)
         self.metrics.record_lag(lag)
 
-    def _commit_sync(self, partitions: Iterable[TopicPartition]) -> bool:
-        pending = self._pending(partitions)
-        assert self._keeper is not None
-        if pending and not self._keeper.valid():
-            # The Lease ran out (or the watchdog surrendered it) since the loop last looked.
-            log.warning("not committing %d partitions: the Lease is no longer valid", len(pending))
-            return False
-        for attempt in range(1, _SYNC_COMMIT_ATTEMPTS + 1):
-            if not pending:
-                return True
-            try:
-                result = self._consumer.commit(offsets=kafka_partitions(pending, pending), asynchronous=False)
-            except KafkaException as e:
-                self.metrics.commit_failed()
-                log.warning("synchronous commit attempt %d/%d failed: %s", attempt, _SYNC_COMMIT_ATTEMPTS, e)
-                continue
-            self._count_commit(None, result)
-            self._record_commits(result)
-            pending = {tp: pending[tp] for tp in pending if self._committed.get(tp) != pending[tp]}
-        if pending:
-            log.error(
-                "could not commit %d partitions; their next owner processes some messages again", len(pending)
-            )
-            return False
-        return True
-
     def _on_commit(self, error: Any, partitions: list[Any]) -> None:
-        """librdkafka's offset_commit_cb: asynchronous commits only (confluent-kafka hands a
-        synchronous commit's result back from commit() instead)."""
-        if error is not None:
-            self.metrics.commit_failed()
-            log.warning("asynchronous commit failed: %s", error)
-            return
-        self._count_commit(None, partitions)
-        self._record_commits(partitions)
-
-    def _record_commits(self, partitions: list[Any]) -> None:
-        for partition in partitions:
-            tp = TopicPartition(partition.topic, partition.partition)
-            if partition.error is None and partition.offset >= 0 and tp in self._progress:
-                self._committed[tp] = partition.offset
-        self._journal_commits(partitions)
+        if self._committer is not None:
+            self._committer.on_commit(error, partitions)
 
 
 def _names(partitions: Iterable[TopicPartition]) -> list[str]:

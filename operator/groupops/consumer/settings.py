@@ -11,7 +11,18 @@ Environment (flags of `groupops consume` override the same names):
     GROUPOPS_DELIVERY           plan (default) | native
     GROUPOPS_STRATEGY           the policy's strategy; `native` needs range, roundrobin or
                                 cooperative-sticky (Kafka's own assignors)
-    GROUPOPS_AUTO_OFFSET_RESET  where a partition with no committed offset starts (earliest)
+    GROUPOPS_AUTO_OFFSET_RESET  where a partition with no committed offset starts (earliest);
+                                plan delivery applies `latest` to the group's first start only
+                                (consumer/offsets.py)
+    GROUPOPS_GROUP_STARTED      when the group started (the policy's creation), RFC 3339 or Unix
+                                seconds: under `latest`, a partition with no commit starts at the
+                                first message written since then (default: this process's start)
+    GROUPOPS_RELEASE_COMMIT_SECONDS how long a release commit is retried before the partitions
+                                are handed over uncommitted (15; at most half the max poll
+                                interval)
+    GROUPOPS_ON_ERROR_RETRIES (3), GROUPOPS_ON_ERROR_BACKOFF_SECONDS (1, doubled per retry),
+    GROUPOPS_ON_ERROR_ACTION (stop | skip | deadLetter), GROUPOPS_DEAD_LETTER_TOPIC
+                                what a callback that keeps raising does (consumer/failures.py)
     GROUPOPS_PLAN_CONFIGMAP, GROUPOPS_LEASE_NAME               default: derived from the policy
     GROUPOPS_LEASE_DURATION_SECONDS (10), GROUPOPS_RENEW_INTERVAL_SECONDS (1),
     GROUPOPS_RENEW_DEADLINE_SECONDS (3/4 of the duration), GROUPOPS_COMMIT_INTERVAL_SECONDS (1),
@@ -32,10 +43,12 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 
 from groupops.consumer.errors import ConsumerConfigError
+from groupops.consumer.failures import ErrorAction, ErrorSettings
 from groupops.planner.handoff import DEFAULT_LEASE_DURATION_S
 from groupops.planner.liveness import parse_addresses
 from groupops.planner.wire import lease_name, plan_configmap_name
@@ -165,6 +178,11 @@ class RuntimeSettings:
     processor: str | None = None
     record_dir: Path | None = None
     kubeconfig: str | None = None
+    group_started_ms: int | None = None
+    on_error: ErrorSettings = field(default_factory=ErrorSettings)
+    release_commit_budget_s: float | None = None
+    """How long a release commit is retried; default 15 s, at most half the max poll interval
+    (the loop does not poll meanwhile, and the watchdog must not judge a retrying replica stuck)."""
 
     def __post_init__(self) -> None:
         if not self.plan_configmap:
@@ -185,6 +203,20 @@ class RuntimeSettings:
             raise ConsumerConfigError("GROUPOPS_BATCH_SIZE", "must be at least 1")
         if self.commit_interval_s <= 0:
             raise ConsumerConfigError("GROUPOPS_COMMIT_INTERVAL_SECONDS", "must be positive")
+        if self.on_error.total_backoff_s > self.max_poll_interval_s / 2:
+            raise ConsumerConfigError(
+                "GROUPOPS_ON_ERROR_RETRIES",
+                f"{self.on_error.retries} retries wait {self.on_error.total_backoff_s:g} s in all, over half "
+                f"the max poll interval ({self.max_poll_interval_s} s): fewer retries or a shorter backoff",
+            )
+        if self.release_commit_budget_s is None:
+            object.__setattr__(self, "release_commit_budget_s", min(15.0, self.max_poll_interval_s / 2))
+        elif not 0 <= self.release_commit_budget_s <= self.max_poll_interval_s / 2:
+            raise ConsumerConfigError(
+                "GROUPOPS_RELEASE_COMMIT_SECONDS",
+                f"expected 0 up to half the max poll interval ({self.max_poll_interval_s} s), "
+                f"got {self.release_commit_budget_s}",
+            )
         self._check_max_poll_interval()
 
     def _check_max_poll_interval(self) -> None:
@@ -269,6 +301,11 @@ class RuntimeSettings:
             processor=source.get("GROUPOPS_PROCESSOR") or None,
             record_dir=Path(record_dir) if record_dir else None,
             kubeconfig=source.get("KUBECONFIG") or None,
+            group_started_ms=_timestamp_ms(source, "GROUPOPS_GROUP_STARTED"),
+            on_error=_error_settings(
+                source, _int(source, "GROUPOPS_MAX_POLL_INTERVAL_SECONDS", DEFAULT_MAX_POLL_INTERVAL_S)
+            ),
+            release_commit_budget_s=_optional_float(source, "GROUPOPS_RELEASE_COMMIT_SECONDS"),
         )
 
 
@@ -304,6 +341,51 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
         return float(raw)
     except ValueError:
         raise ConsumerConfigError(name, f"expected a number, got {raw!r}") from None
+
+
+def _error_settings(env: Mapping[str, str], max_poll_interval_s: int) -> ErrorSettings:
+    """The first backoff defaults to 1 s, shorter when the retries would otherwise wait more than
+    half of a short max poll interval (an explicit value is checked, not changed)."""
+    raw_action = env.get("GROUPOPS_ON_ERROR_ACTION", "").strip() or ErrorAction.STOP.value
+    try:
+        action = ErrorAction(raw_action)
+    except ValueError:
+        choices = ", ".join(a.value for a in ErrorAction)
+        raise ConsumerConfigError(
+            "GROUPOPS_ON_ERROR_ACTION", f"choose {choices}; got {raw_action!r}"
+        ) from None
+    retries = _int(env, "GROUPOPS_ON_ERROR_RETRIES", 3)
+    fitting = max_poll_interval_s / 2 / (2**retries - 1) if 0 < retries < 30 else 1.0
+    return ErrorSettings(
+        retries=retries,
+        backoff_s=_float(env, "GROUPOPS_ON_ERROR_BACKOFF_SECONDS", min(1.0, fitting)),
+        action=action,
+        dead_letter_topic=env.get("GROUPOPS_DEAD_LETTER_TOPIC", "").strip() or None,
+    )
+
+
+def _optional_float(env: Mapping[str, str], name: str) -> float | None:
+    raw = env.get(name, "")
+    return None if raw == "" else _float(env, name, 0.0)
+
+
+def _timestamp_ms(env: Mapping[str, str], name: str) -> int | None:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return int(float(raw) * 1000)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise ConsumerConfigError(
+            name, f"expected an RFC 3339 time (2026-11-25T09:00:00Z) or Unix seconds, got {raw!r}"
+        ) from None
+    if moment.tzinfo is None:
+        raise ConsumerConfigError(name, f"the time needs a zone (Z or +hh:mm), got {raw!r}")
+    return int(moment.timestamp() * 1000)
 
 
 def _kafka_properties(env: Mapping[str, str]) -> dict[str, str]:

@@ -45,6 +45,21 @@ def test_the_operators_pod_environment_is_read_whole() -> None:
     assert settings.lease_name == "orders-orders-processor-0"
 
 
+@pytest.mark.parametrize(
+    "raw", ["2026-11-25T09:00:00Z", "2026-11-25T10:00:00+01:00", "1795597200", "1795597200.0"]
+)
+def test_the_group_start_is_read_as_rfc3339_or_unix_seconds(raw: str) -> None:
+    settings = RuntimeSettings.from_env({**POD_ENV, "GROUPOPS_GROUP_STARTED": raw})
+    assert settings.group_started_ms == 1_795_597_200_000
+
+
+def test_the_release_budget_defaults_to_15_s_and_never_over_half_the_poll_interval() -> None:
+    assert RuntimeSettings.from_env(POD_ENV).release_commit_budget_s == 15.0
+    short = RuntimeSettings.from_env({**POD_ENV, "GROUPOPS_MAX_POLL_INTERVAL_SECONDS": "6"})
+    assert short.release_commit_budget_s == 3.0
+    assert RuntimeSettings.from_env(POD_ENV).group_started_ms is None
+
+
 def test_names_default_to_the_shared_wire_names() -> None:
     env = {k: v for k, v in POD_ENV.items() if k not in ("GROUPOPS_PLAN_CONFIGMAP", "GROUPOPS_LEASE_NAME")}
     settings = RuntimeSettings.from_env(env)
@@ -95,6 +110,19 @@ def test_secret_kafka_properties_come_from_the_mounted_files(tmp_path: Path) -> 
             {"GROUPOPS_KAFKA_AUTH_DIR": "/nonexistent/auth"}, "GROUPOPS_KAFKA_AUTH_DIR", id="auth dir missing"
         ),
         pytest.param({"GROUPOPS_BATCH_SIZE": "0"}, "GROUPOPS_BATCH_SIZE", id="empty batches"),
+        pytest.param(
+            {"GROUPOPS_GROUP_STARTED": "yesterday"}, "GROUPOPS_GROUP_STARTED", id="start not a time"
+        ),
+        pytest.param(
+            {"GROUPOPS_GROUP_STARTED": "2026-11-25T09:00:00"},
+            "GROUPOPS_GROUP_STARTED",
+            id="start without zone",
+        ),
+        pytest.param(
+            {"GROUPOPS_RELEASE_COMMIT_SECONDS": "200"},
+            "GROUPOPS_RELEASE_COMMIT_SECONDS",
+            id="release budget over half the poll interval",
+        ),
     ],
 )
 def test_a_bad_setting_is_refused_naming_it(change: dict[str, str], field: str) -> None:
