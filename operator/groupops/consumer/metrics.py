@@ -36,6 +36,9 @@ tell replicas apart. Labels stay bounded: at most one series per partition, neve
 |                          |           |                  | then per message `skipped`, `dead_lettered`, or  |
 |                          |           |                  | per partition `stopped` (spec.consumers.onError) |
 | partitions_stopped       | gauge     |                  | owned partitions stopped on a failing message    |
+| foreign_commits_total    | counter   |                  | owned partitions whose group offset was set from |
+|                          |           |                  | outside (a reset with Kafka's tool, a late       |
+|                          |           |                  | commit): the replica moved its position there    |
 | offset_resets_total      | counter   |                  | partitions whose committed offset was gone from  |
 |                          |           |                  | the log (retention, recreated topic), resumed at |
 |                          |           |                  | their oldest message                             |
@@ -156,6 +159,11 @@ class ConsumerMetrics:
             "Owned partitions stopped on a message the callback keeps failing on.",
             registry=self.registry,
         )
+        self.foreign_commits = Counter(
+            "groupops_consumer_foreign_commits",
+            "Owned partitions whose group offset was set from outside; consumption moved there.",
+            registry=self.registry,
+        )
         self.offset_resets = Counter(
             "groupops_consumer_offset_resets",
             "Partitions whose committed offset was no longer in the log, resumed at their oldest message.",
@@ -191,6 +199,9 @@ class ConsumerMetrics:
 
     def processing_error(self, action: str, count: int = 1) -> None:
         self.processing_errors.labels(action).inc(count)
+
+    def foreign_commit(self) -> None:
+        self.foreign_commits.inc()
 
     def offset_reset(self) -> None:
         self.offset_resets.inc()

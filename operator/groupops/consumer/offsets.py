@@ -21,12 +21,18 @@ Commits (`Committer`):
   until it succeeds, the Lease is no longer valid, or `release_budget_s` runs out; the replica
   acknowledges the epoch only after that. Kafka answers requests on one connection in order, so
   a successful release commit also means every earlier asynchronous commit was answered.
+- Every `FOREIGN_CHECK_INTERVAL_S` the committer compares the group's committed offsets of the
+  owned partitions with the last offsets it sent (`foreign_commits`). One it never sent was set
+  from outside (`kafka-consumer-groups --reset-offsets`, which Kafka allows because a group of
+  plan-delivery replicas has no members on the broker; or a previous owner's late commit): the
+  runtime moves its position there (`adopt`) instead of overwriting it with its next commit.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,13 +45,23 @@ from groupops.consumer.journal import Journal
 from groupops.consumer.metrics import ConsumerMetrics
 from groupops.model import TopicPartition
 
-__all__ = ["LATE_COMMIT_WINDOW_S", "Committer", "ReleaseOutcome", "StartPositions", "resolve_starts"]
+__all__ = [
+    "FOREIGN_CHECK_INTERVAL_S",
+    "LATE_COMMIT_WINDOW_S",
+    "Committer",
+    "ReleaseOutcome",
+    "StartPositions",
+    "resolve_starts",
+]
 
 log = logging.getLogger(__name__)
 
 LATE_COMMIT_WINDOW_S = 90.0
 """How long after a partition is assigned a commit from its previous owner may still land:
 librdkafka's request timeout (socket.timeout.ms, 60 s) plus a margin for a slow broker."""
+FOREIGN_CHECK_INTERVAL_S = 10.0
+"""How often a replica compares the group's committed offsets with the ones it sent."""
+_SENT_REMEMBERED = 16
 _BACKOFF_FIRST_S = 0.1
 _BACKOFF_MAX_S = 2.0
 
@@ -185,6 +201,9 @@ class Committer:
         self.committed: dict[TopicPartition, int] = {}
         self._guarded_until: dict[TopicPartition, float] = {}
         self._group_floor: dict[TopicPartition, int] = {}
+        self._sent: dict[TopicPartition, deque[int]] = {}
+        """The last offsets this replica sent per partition (a commit in flight is one of them)."""
+        self._next_foreign_check = clock() + FOREIGN_CHECK_INTERVAL_S
         self._behind: dict[TopicPartition, int] = {}
         """The group offset each partition was last found behind (said once per late commit)."""
 
@@ -196,8 +215,10 @@ class Committer:
         until = self._clock() + LATE_COMMIT_WINDOW_S
         for tp in entering:
             self._guarded_until[tp] = until
+            self._sent[tp] = deque(maxlen=_SENT_REMEMBERED)
             if tp in starts.committed:
                 self._group_floor[tp] = starts.committed[tp]
+                self._sent[tp].append(starts.committed[tp])
 
     def forget(self, partitions: Iterable[TopicPartition]) -> None:
         for tp in partitions:
@@ -205,12 +226,14 @@ class Committer:
             self._guarded_until.pop(tp, None)
             self._group_floor.pop(tp, None)
             self._behind.pop(tp, None)
+            self._sent.pop(tp, None)
 
     def forget_all(self) -> None:
         self.committed.clear()
         self._guarded_until.clear()
         self._group_floor.clear()
         self._behind.clear()
+        self._sent.clear()
 
     # -- commits ----------------------------------------------------------------------------------
 
@@ -220,7 +243,7 @@ class Committer:
         if not starts or not self._still_valid():
             return
         try:
-            result = self._consumer.commit(offsets=kafka_partitions(starts, dict(starts)), asynchronous=False)
+            result = self._send(dict(starts), asynchronous=False)
         except KafkaException as e:
             self._metrics.commit_failed()
             log.warning("committing the start of %d new partitions failed: %s", len(starts), e)
@@ -232,7 +255,7 @@ class Committer:
         if not pending or not self._still_valid():
             return
         try:
-            self._consumer.commit(offsets=kafka_partitions(pending, pending), asynchronous=True)
+            self._send(pending, asynchronous=True)
         except KafkaException as e:
             self._metrics.commit_failed()
             log.warning("commit failed: %s", e)
@@ -254,7 +277,7 @@ class Committer:
                 break
             attempts += 1
             try:
-                result = self._consumer.commit(offsets=kafka_partitions(pending, pending), asynchronous=False)
+                result = self._send(pending, asynchronous=False)
             except KafkaException as e:
                 self._metrics.commit_failed()
                 reason = str(e)
@@ -284,6 +307,43 @@ class Committer:
                 len(outcome.uncommitted),
                 outcome.reason,
             )
+
+    def _send(self, offsets: dict[TopicPartition, int], *, asynchronous: bool) -> Any:
+        for tp, offset in offsets.items():
+            sent = self._sent.setdefault(tp, deque(maxlen=_SENT_REMEMBERED))
+            sent.append(offset)
+        return self._consumer.commit(offsets=kafka_partitions(offsets, offsets), asynchronous=asynchronous)
+
+    def foreign_commits(self, owned: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """Every `FOREIGN_CHECK_INTERVAL_S`: the owned partitions whose committed offset in the
+        group is none this replica sent: a reset with Kafka's own tool (or a previous owner's
+        late commit). Empty between checks and when the read fails."""
+        now = self._clock()
+        if now < self._next_foreign_check:
+            return {}
+        self._next_foreign_check = now + FOREIGN_CHECK_INTERVAL_S
+        watched = [tp for tp in owned if tp in self._sent]
+        if not watched:
+            return {}
+        try:
+            answer = self._consumer.committed(kafka_partitions(watched), timeout=self._timeout_s)
+        except KafkaException as e:
+            log.debug("cannot check the group's offsets: %s", e)
+            return {}
+        foreign: dict[TopicPartition, int] = {}
+        for partition in answer:
+            tp = TopicPartition(partition.topic, partition.partition)
+            ours = self._sent.get(tp, ())
+            if partition.error is None and partition.offset >= 0 and partition.offset not in ours:
+                foreign[tp] = partition.offset
+        return foreign
+
+    def adopt(self, tp: TopicPartition, offset: int) -> None:
+        """The group's offset `offset` (set from outside) is now this replica's position."""
+        self.committed[tp] = offset
+        self._sent.setdefault(tp, deque(maxlen=_SENT_REMEMBERED)).append(offset)
+        self._group_floor[tp] = offset
+        self._behind.pop(tp, None)
 
     def pending(self, partitions: Iterable[TopicPartition] | None) -> dict[TopicPartition, int]:
         progress = self._progress

@@ -564,8 +564,32 @@ class PlanRuntime(Replica):
     def _commit_async(self) -> None:
         self._last_commit = time.monotonic()
         if self._committer is not None:
+            for tp, offset in sorted(self._committer.foreign_commits(self._owned).items()):
+                self._adopt_foreign(tp, offset)
             self._committer.commit_async()
         self._record_lag()
+
+    def _adopt_foreign(self, tp: TopicPartition, offset: int) -> None:
+        """The group's offset of an owned partition was set by someone else (a reset with Kafka's
+        tool, a previous owner's late commit): consume from there, never overwrite it."""
+        assert self._committer is not None
+        mine = self._progress.get(tp)
+        log.warning(
+            "%s: the group's offset was set to %d from outside (this replica was at %s); consuming "
+            "from there",
+            tp,
+            offset,
+            "its start" if mine is None else mine,
+        )
+        self.metrics.foreign_commit()
+        self._journal.event("foreign-commit", time.time(), part=str(tp), group=offset, mine=mine)
+        self._consumer.incremental_unassign([KafkaPartition(tp.topic, tp.partition)])
+        moved = [KafkaPartition(tp.topic, tp.partition, offset)]
+        self._consumer.incremental_assign(moved)
+        if tp not in self._stopped:
+            self._consumer.resume(moved)
+        self._progress[tp] = offset
+        self._committer.adopt(tp, offset)
 
     def _record_lag(self) -> None:
         """Lag of every owned partition from what the client already holds: the high watermark
