@@ -140,8 +140,10 @@ def test_under_latest_partitions_added_while_the_group_runs_are_consumed_from_th
 
     report = g.wait_processed(first.acked + added.acked + more.acked, timeout=120)
     print(f"\n{report.summary()}")
-    starts = [e for e in load_journals(g.journal_dir).events if e["k"] == "assign" and e.get("starts")]
+    events = load_journals(g.journal_dir).events
+    starts = [e for e in events if e["k"] == "assign" and e.get("starts")]
     assert any(f"{g.topic}-2" in e["starts"] for e in starts), "the new partition's start was pinned"
+    assert not [e for e in events if e["k"] == "foreign-commit"], "its own pinned starts are not foreign"
 
 
 def test_an_offset_deleted_by_retention_resumes_at_the_oldest_message_left(

@@ -163,6 +163,11 @@ def _offsets_since(
     return starts, failed
 
 
+def _topic_gone(error: Any) -> bool:
+    """The broker's answer for a partition whose topic was deleted: nothing left to commit."""
+    return isinstance(error, KafkaError) and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
 @dataclass(frozen=True, slots=True)
 class ReleaseOutcome:
     """How the release commit went: `committed` (nothing left to commit), `attempts`, and the
@@ -215,10 +220,10 @@ class Committer:
         until = self._clock() + LATE_COMMIT_WINDOW_S
         for tp in entering:
             self._guarded_until[tp] = until
-            self._sent[tp] = deque(maxlen=_SENT_REMEMBERED)
+            sent = self._sent.setdefault(tp, deque(maxlen=_SENT_REMEMBERED))
             if tp in starts.committed:
                 self._group_floor[tp] = starts.committed[tp]
-                self._sent[tp].append(starts.committed[tp])
+                sent.append(starts.committed[tp])
 
     def forget(self, partitions: Iterable[TopicPartition]) -> None:
         for tp in partitions:
@@ -280,11 +285,22 @@ class Committer:
                 result = self._send(pending, asynchronous=False)
             except KafkaException as e:
                 self._metrics.commit_failed()
+                if _topic_gone(e.args[0] if e.args else None):
+                    log.info(
+                        "not committing %d released partitions: their topic no longer exists", len(pending)
+                    )
+                    pending = {}
+                    break
                 reason = str(e)
                 log.warning("release commit attempt %d failed: %s", attempts, e)
             else:
                 self._accepted(None, result)
-                pending = {tp: offset for tp, offset in pending.items() if self.committed.get(tp) != offset}
+                gone = {TopicPartition(p.topic, p.partition) for p in result if _topic_gone(p.error)}
+                pending = {
+                    tp: offset
+                    for tp, offset in pending.items()
+                    if self.committed.get(tp) != offset and tp not in gone
+                }
                 if pending:
                     reason = "the broker refused some partitions"
             if not pending or self._clock() + backoff > deadline:

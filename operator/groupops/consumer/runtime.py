@@ -326,8 +326,8 @@ class PlanRuntime(Replica):
                 "start could not be read",
                 len(starts.unresolved),
             )
-        committer.commit_starts(starts.starts)
         committer.assigned(starts, entering)
+        committer.commit_starts(starts.starts)
         partitions = starts.assignment(entering)
         self._consumer.incremental_assign(partitions)
         # librdkafka keeps a partition's pause flag across unassign/assign: one this process

@@ -140,7 +140,10 @@ def _reconcile(run: RunContext) -> ReconcileResult:
 
     # -- lag -------------------------------------------------------------------------------------
     snapshot, degraded = _read_lag(run, spec, client_config, previous=previous, has_plan=observed is not None)
-    topics = {topic: len(snapshot.lags[topic]) for topic in spec.topics}
+    # A topic that does not exist (deleted, not created yet) is planned as Kafka's assignors do:
+    # nothing of it is assigned, and what replicas owned of it is released (design §6.3).
+    topics = {topic: len(snapshot.lags[topic]) for topic in spec.topics if topic in snapshot.lags}
+    degraded = _with_missing_topics(degraded, snapshot.missing_topics, topics)
     if spec.consumers.autoscale is None:
         replicas = spec.consumers.replicas
     elif degraded is None:
@@ -336,7 +339,24 @@ def _read_lag(
 
 
 def _covers(snapshot: LagSnapshot, topics: Sequence[str]) -> bool:
-    return all(topic in snapshot.lags for topic in topics)
+    return all(topic in snapshot.lags or topic in snapshot.missing_topics for topic in topics)
+
+
+def _with_missing_topics(
+    degraded: tuple[str, str] | None, missing: Sequence[str], remaining: Mapping[str, int]
+) -> tuple[str, str] | None:
+    """Degraded=True with reason TopicsMissing when topics of the policy do not exist (or the
+    lag problem's reason, with the missing topics added to its message)."""
+    if not missing:
+        return degraded
+    one = len(missing) == 1
+    note = (
+        f"{'topic' if one else 'topics'} {', '.join(missing)} not found on the cluster: nothing of "
+        f"{'it' if one else 'them'} is assigned; planning on {', '.join(remaining) or 'no topic'}"
+    )
+    if degraded is None:
+        return "TopicsMissing", note
+    return degraded[0], f"{degraded[1]}; {note}"
 
 
 def _lag_reason(error: LagError) -> str:

@@ -22,7 +22,11 @@ class LagSourceUnavailable(LagError):
 
 
 class UnknownTopicError(LagError):
-    """A requested topic does not exist on the cluster."""
+    """A requested topic does not exist on the cluster; `topics` names them when known."""
+
+    def __init__(self, message: str, topics: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.topics = topics
 
 
 class LagAuthorizationError(LagError):
@@ -86,6 +90,9 @@ class LagSnapshot:
     """Racks of each partition's replicas (`kafka` source), for rack-aware plans; empty otherwise."""
     assignment: GroupAssignment | None = None
     """The group's members and their partitions, when the source read them (`kafka`)."""
+    missing_topics: tuple[str, ...] = ()
+    """Topics asked for that do not exist on the cluster (deleted, not created yet): absent from
+    `lags`; the operator plans on the topics that remain (`kafka` source)."""
 
     def total(self) -> int:
         return sum(sum(per_topic) for per_topic in self.lags.values())

@@ -49,6 +49,7 @@ from groupops.lag.base import (
     LagSnapshot,
     LagSourceConfigError,
     PartitionOffsets,
+    UnknownTopicError,
     lag_from_offsets,
 )
 from groupops.lag.kafka_admin import (
@@ -157,6 +158,8 @@ class GroupOffsets:
     offsets: Mapping[TopicPartition, PartitionOffsets]
     assignment: GroupAssignment | None = None
     """Who owns what (DescribeGroups, the same read); None when not looked at."""
+    missing_topics: tuple[str, ...] = ()
+    """Topics asked for that do not exist; at least one asked for does (else UnknownTopicError)."""
 
     @property
     def owners(self) -> Mapping[TopicPartition, str] | None:
@@ -177,6 +180,7 @@ class GroupOffsets:
             offsets=dict(self.offsets),
             partition_racks=dict(self.partition_racks),
             assignment=self.assignment,
+            missing_topics=self.missing_topics,
         )
 
 
@@ -237,8 +241,8 @@ class KafkaLagSource:
         return lag_snapshot(offsets, self.settings, history=self._history)
 
     def partition_counts(self, topics: Sequence[str]) -> dict[str, int]:
-        """Each topic's partition count from the cluster's metadata (UnknownTopicError for a
-        topic that does not exist): what the operator plans by when the lag source is down."""
+        """Each existing topic's partition count from the cluster's metadata (UnknownTopicError
+        when none exists): what the operator plans by when the lag source is down."""
         deadline = Deadline(self.settings.timeout_s, self.settings.bootstrap_servers)
         counts, _ = _GroupRead(self._admin, self._admin, deadline).describe_topics(list(topics))
         return counts
@@ -292,6 +296,7 @@ def read_group_offsets(
     if not group_known and settings.require_group:
         raise UnknownGroupError(f"consumer group {group_id!r} does not exist on {settings.bootstrap_servers}")
     partitions, racks = read.describe_topics(sorted(set(topics)))
+    missing = tuple(sorted(set(topics) - partitions.keys()))
     tps = [TopicPartition(topic, p) for topic, count in partitions.items() for p in range(count)]
     committed = read.committed(group_id, tps) if group_known else {}
     starts, ends = read.log_offsets(tps)
@@ -308,6 +313,7 @@ def read_group_offsets(
         partition_racks=racks,
         offsets=offsets,
         assignment=group,
+        missing_topics=missing,
     )
 
 
@@ -365,11 +371,20 @@ class _GroupRead:
             futures = self.cluster.describe_topics(topics, deadline.remaining())
             partitions: dict[str, int] = {}
             racks: dict[str, list[frozenset[str]]] = {}
+            missing: list[str] = []
             for topic in topics:
-                description = self.admin.result(futures[topic], deadline, f"topic {topic!r}")
+                try:
+                    description = self.admin.result(futures[topic], deadline, f"topic {topic!r}")
+                except UnknownTopicError:
+                    missing.append(topic)
+                    continue
                 ordered = sorted(description.partitions, key=lambda info: info.id)
                 partitions[topic] = len(ordered)
                 racks[topic] = [frozenset(n.rack for n in info.replicas if n.rack) for info in ordered]
+            if not partitions:
+                names = ", ".join(repr(t) for t in missing)
+                what = f"topic {names} does" if len(missing) == 1 else f"topics {names} do"
+                raise UnknownTopicError(f"{what} not exist at {deadline.what}", tuple(missing))
             return partitions, racks
 
         return retrying(attempt, deadline, f"topics {', '.join(topics)}")
