@@ -41,7 +41,7 @@ import copy
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from groupops.consumer.heartbeat import HeartbeatClient
@@ -55,6 +55,7 @@ from groupops.planner.plan_format import (
     LEASE_FENCED_INCARNATION_ANNOTATION,
     LEASE_LIVENESS_ANNOTATION,
     LEASE_RELEASED_THROUGH_ANNOTATION,
+    LEASE_STOPPED_ANNOTATION,
     POLICY_LABEL,
     LeaseRecord,
     LeaseState,
@@ -133,10 +134,17 @@ class LeaseKeeper:
         return not self.lost and self._monotonic() < self.valid_until
 
     def report(
-        self, *, acked_epoch: int | None, partitions: tuple[TopicPartition, ...], state: LeaseState
+        self,
+        *,
+        acked_epoch: int | None,
+        partitions: tuple[TopicPartition, ...],
+        state: LeaseState,
+        stopped: Mapping[TopicPartition, int] | None = None,
     ) -> None:
-        """What the next renewal writes. The floor is carried along, never dropped."""
+        """What the next renewal writes. The floor is carried along, never dropped. `stopped`:
+        partitions stopped on a failing message (None: as reported before)."""
         with self._lock:
+            kept = self._record.stopped if stopped is None else tuple(sorted(stopped.items()))
             self._record = LeaseRecord(
                 acked_epoch=acked_epoch,
                 partitions=tuple(sorted(partitions)),
@@ -144,6 +152,7 @@ class LeaseKeeper:
                 released_through=None if self.floor < 0 else self.floor,
                 incarnation=self.incarnation,
                 heartbeats=self._heartbeats is not None,
+                stopped=kept,
             )
 
     def kick(self) -> None:
@@ -465,6 +474,7 @@ class LeaseKeeper:
             LEASE_RELEASED_THROUGH_ANNOTATION,
             LEASE_LIVENESS_ANNOTATION,
             LEASE_FENCED_INCARNATION_ANNOTATION,  # our floor covers the fence: we read it first
+            LEASE_STOPPED_ANNOTATION,
         ):
             annotations.pop(key, None)
         annotations.update(lease_record_annotations(record, self.identity))

@@ -14,6 +14,18 @@ revoked, and once more on stop. A static member does not leave the group on clos
 partitions wait for it until `session.timeout.ms` (the behaviour the failover benchmark
 compares against).
 
+Rebalance callbacks, for both protocols: confluent-kafka calls `on_assign`, `on_revoke` or
+`on_lost` with the partitions that change and then, since these callbacks call neither, assigns
+or unassigns them itself: `incremental_assign`/`incremental_unassign` under cooperative-sticky
+(the callbacks get only the increment; partitions that stay are never revoked), `assign`/
+`unassign` under range and roundrobin (eager: everything is revoked, then the whole new
+assignment assigned). So the owned set is kept as union and difference, right for both;
+`on_revoke` commits the revoked partitions synchronously while they are still assigned;
+`on_lost` (session expired or fenced by the coordinator) commits nothing, as another member may
+own them already. A message of a partition no longer owned is dropped unprocessed (`_loop`).
+With `zones`, the pod's `client.rack` (in GROUPOPS_KAFKA_PROPERTIES, render_pods.py) reaches
+the leader's rack-aware assignor (KIP-881).
+
 Stuck replicas: librdkafka's `max.poll.interval.ms` is `maxPollIntervalSeconds` (so at least
 `session.timeout.ms`, which settings checks), and the progress watchdog of the plan runtime runs
 here too with the same rule (runtime.py's docstring; both extend `replica.Replica`): when it
@@ -48,7 +60,12 @@ _POLL_S = 0.1
 
 
 class NativeRuntime(Replica):
-    """One static member of the group. `run()` blocks until `stop()` or a fatal error."""
+    """One static member of the group. `run()` blocks until `stop()` or a fatal error.
+
+    `skipped_revoked` counts messages dropped because their partition was revoked (or lost)
+    while their batch was being fetched (see `_loop`)."""
+
+    skipped_revoked = 0
 
     def _run(self) -> None:
         settings = self.settings
@@ -107,11 +124,21 @@ class NativeRuntime(Replica):
                     if error.code() != KafkaError._PARTITION_EOF:
                         log.warning("Kafka: %s", error)
                     continue
-                self._process(message)
+                tp = TopicPartition(message.topic(), message.partition())
+                if tp not in self._owned:
+                    # librdkafka serves the rebalance callback inside consume(): a batch can hold
+                    # messages fetched before a revoke it then served (it drops them only when
+                    # the partition's fetch barrier arrives within the same call). Their new owner
+                    # starts from the offset committed on revoke; processing them here would be
+                    # a duplicate, and storing their offset could move that commit back.
+                    self.skipped_revoked += 1
+                    log.debug("skipped %s-%d@%d: revoked", tp.topic, tp.partition, message.offset())
+                    continue
+                self._process(message, tp)
             if time.monotonic() - self._last_commit >= self.settings.commit_interval_s:
                 self._commit(None, asynchronous=True)
 
-    def _process(self, message: Any) -> None:
+    def _process(self, message: Any, tp: TopicPartition) -> None:
         start = time.time()
         try:
             if self._processor.batch is not None:
@@ -123,7 +150,6 @@ class NativeRuntime(Replica):
         end = time.time()
         if self._is_stuck():
             return  # judged stuck while the callback ran: its offset is not stored
-        tp = TopicPartition(message.topic(), message.partition())
         self._progress[tp] = message.offset() + 1
         self.processed += 1
         self.metrics.processed(tp)
@@ -195,5 +221,7 @@ class NativeRuntime(Replica):
             if self._keeper is not None and not self._keeper.lost:
                 self._keeper.release(through=0, acked_epoch=None)
             self.metrics.stopped()
-            self._journal.event("stop", time.time(), processed=self.processed)
+            self._journal.event(
+                "stop", time.time(), processed=self.processed, skipped_revoked=self.skipped_revoked
+            )
             self._journal.close()

@@ -294,7 +294,12 @@ class PlanRuntime(Replica):
         self._applied = published.epoch
         self._active = True
         assert self._keeper is not None
-        self._keeper.report(acked_epoch=published.epoch, partitions=tuple(mine), state=LeaseState.ACTIVE)
+        self._keeper.report(
+            acked_epoch=published.epoch,
+            partitions=tuple(mine),
+            state=LeaseState.ACTIVE,
+            stopped=self._stopped,
+        )
         self._keeper.kick()
         self.metrics.plan_applied(published.epoch, owned=len(mine))
         if leaving:
@@ -383,7 +388,9 @@ class PlanRuntime(Replica):
         self._needs_refresh = True
         self.metrics.fenced(was_consuming=was_consuming)
         if self._keeper is not None:
-            self._keeper.report(acked_epoch=self._applied, partitions=(), state=LeaseState.STARTING)
+            self._keeper.report(
+                acked_epoch=self._applied, partitions=(), state=LeaseState.STARTING, stopped={}
+            )
         self._journal.event("fence", time.time(), why=reason)
 
     def _unassign(self, partitions: set[TopicPartition]) -> None:
@@ -500,6 +507,7 @@ class PlanRuntime(Replica):
         self._stopped = stopped
         self.metrics.processing_error("stopped", len(fresh))
         self.metrics.partitions_stopped.set(len(stopped))
+        self._report_stopped()
         for tp, offset in sorted(fresh.items()):
             log.error(
                 "%s stopped at offset %d after %d attempts: %s. It stays stopped (and reported) until "
@@ -512,9 +520,23 @@ class PlanRuntime(Replica):
             self._journal.event("stopped", time.time(), part=str(tp), offset=offset, why=failure.describe())
 
     def _unstop(self, partitions: Iterable[TopicPartition]) -> None:
-        if any(tp in self._stopped for tp in partitions):
-            self._stopped = {tp: o for tp, o in self._stopped.items() if tp not in set(partitions)}
+        """Forget stopped partitions that left this replica (the next acknowledgement or fence
+        report carries the new set)."""
+        leaving = set(partitions)
+        if leaving & self._stopped.keys():
+            self._stopped = {tp: o for tp, o in self._stopped.items() if tp not in leaving}
             self.metrics.partitions_stopped.set(len(self._stopped))
+
+    def _report_stopped(self) -> None:
+        """Tell the operator (Lease note, written at once) which partitions are stopped."""
+        assert self._keeper is not None
+        self._keeper.report(
+            acked_epoch=self._applied,
+            partitions=tuple(self._owned),
+            state=LeaseState.ACTIVE,
+            stopped=self._stopped,
+        )
+        self._keeper.kick()
 
     def _journal_failure(self, kind: str, messages: Sequence[Any], failure: Failure) -> None:
         self._journal.event(

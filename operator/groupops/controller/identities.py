@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from groupops.controller.names import LABEL_ORDINAL, LABEL_TEMPLATE_HASH
-from groupops.model import MemberId
+from groupops.model import MemberId, TopicPartition
 from groupops.planner.handoff import LeaseClock
+from groupops.planner.plan_format import lease_record
 from groupops.planner.target import Identity, default_priority
 from groupops.planner.wire import LeaseNote, PlanFormatError, decode_lease_note, identity_name
 
@@ -55,6 +56,8 @@ class LeaseState:
     note: LeaseNote
     silent_for: float = 0.0
     """Seconds since this operator saw the Lease change (0 for a missing Lease)."""
+    stopped: tuple[tuple[TopicPartition, int], ...] = ()
+    """Partitions its replica stopped on a failing message, with that offset (design §9.2)."""
 
     @property
     def never_taken(self) -> bool:
@@ -152,8 +155,20 @@ def lease_state(
     silent_for = clock.unchanged_for(MemberId(str(meta.get("name"))), now)
     silent = now - changed_at if silent_for is None else silent_for
     return LeaseState(
-        identity=identity, held=held, live=held and silent <= seconds, note=note, silent_for=silent
+        identity=identity,
+        held=held,
+        live=held and silent <= seconds,
+        note=note,
+        silent_for=silent,
+        stopped=_stopped(meta.get("annotations")) if held else (),
     )
+
+
+def _stopped(annotations: Mapping[str, str] | None) -> tuple[tuple[TopicPartition, int], ...]:
+    try:
+        return lease_record(annotations).stopped
+    except PlanFormatError:
+        return ()
 
 
 def identity_view(

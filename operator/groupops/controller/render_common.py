@@ -23,6 +23,8 @@ class PolicyRef:
     name: str
     uid: str
     generation: int = 0
+    created: str = ""
+    """metadata.creationTimestamp (RFC 3339): when the group started, for `latest` (§9.1)."""
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> PolicyRef:
@@ -32,6 +34,7 @@ class PolicyRef:
             name=str(meta.get("name", "")),
             uid=str(meta.get("uid", "")),
             generation=int(meta.get("generation", 0) or 0),
+            created=str(meta.get("creationTimestamp") or ""),
         )
 
 

@@ -2,7 +2,12 @@
 
 A pod is the policy's `consumers.template` plus what makes it this identity's consumer: the
 ServiceAccount, the labels the operator finds it by, the environment the runtime reads, the auth
-Secret mounted by reference (never copied), and zone affinity when the plan is rack-aware.
+Secret mounted by reference (never copied), and, when the policy has `zones`, its zone twice:
+as required node affinity (where it runs) and as librdkafka's `client.rack` (what Kafka is told),
+so the broker-side rack features see the zone the pod was placed in: the leader's rack-aware
+assignors with `delivery: native` (KIP-881) and follower fetching with either delivery (KIP-392,
+when the brokers run a rack-aware replica selector). Zone names must be the brokers'
+`broker.rack` values for either to apply.
 
 Environment of the consumer container (read by `groupops consume`):
     GROUPOPS_POLICY, GROUPOPS_NAMESPACE, GROUPOPS_POD_NAME   which policy and pod this is
@@ -10,12 +15,17 @@ Environment of the consumer container (read by `groupops consume`):
     GROUPOPS_GROUP_ID, GROUPOPS_TOPICS (comma-separated), GROUPOPS_STRATEGY, GROUPOPS_DELIVERY,
     GROUPOPS_AUTO_OFFSET_RESET
     GROUPOPS_KAFKA_BOOTSTRAP_SERVERS, GROUPOPS_KAFKA_PROPERTIES (JSON of non-secret librdkafka
-    properties), GROUPOPS_KAFKA_AUTH_DIR (one file per secret property, when authSecretRef is set)
+    properties; with zones also `client.rack` = the pod's zone, over the policy's own value),
+    GROUPOPS_KAFKA_AUTH_DIR (one file per secret property, when authSecretRef is set)
     GROUPOPS_PLAN_CONFIGMAP, GROUPOPS_LEASE_NAME, GROUPOPS_LEASE_DURATION_SECONDS
     GROUPOPS_MAX_POLL_INTERVAL_SECONDS  spec.consumers.maxPollIntervalSeconds (stuck replicas exit)
+    GROUPOPS_GROUP_STARTED            the policy's creationTimestamp (where `latest` starts, §9.1)
+    GROUPOPS_ON_ERROR_RETRIES, _BACKOFF_SECONDS, _ACTION, GROUPOPS_DEAD_LETTER_TOPIC
+                                      spec.consumers.onError, only the fields the policy sets (§9.2)
 
-The template hash covers everything above that is the same for every identity; a pod whose
-`groupops.dev/template-hash` label differs is replaced (one at a time, after a handoff).
+The template hash covers everything above that is the same for every identity (the properties
+without the zone); a pod whose `groupops.dev/template-hash` label differs is replaced (one at a
+time, after a handoff).
 """
 
 from __future__ import annotations
@@ -39,10 +49,11 @@ from groupops.controller.names import (
 )
 from groupops.controller.render_common import PolicyRef, object_meta, owner_reference
 from groupops.controller.settings import ConsumerSettings
-from groupops.controller.spec import PolicySpec
+from groupops.controller.spec import OnErrorSpec, PolicySpec
 
 __all__ = [
     "AUTH_MOUNT_PATH",
+    "CLIENT_RACK",
     "CONSUMER_CONTAINER",
     "ZONE_LABEL",
     "Slot",
@@ -55,6 +66,8 @@ CONSUMER_CONTAINER = "consumer"
 AUTH_MOUNT_PATH = "/etc/groupops/kafka-auth"
 AUTH_VOLUME = "groupops-kafka-auth"
 ZONE_LABEL = "topology.kubernetes.io/zone"
+CLIENT_RACK = "client.rack"
+"""The librdkafka property that carries a pod's zone to Kafka (KIP-881 assignors, KIP-392)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,7 +84,20 @@ CONSUMER_METRICS_PORT = 9400
 GROUPOPS_METRICS_PORT itself."""
 
 
-def _shared_env(policy: PolicyRef, spec: PolicySpec, lease_seconds: int) -> list[dict[str, Any]]:
+def _kafka_properties(spec: PolicySpec, zone: str | None) -> str:
+    """GROUPOPS_KAFKA_PROPERTIES: the policy's non-secret librdkafka properties as sorted JSON;
+    with a zone, `client.rack` is that zone whatever the policy says (the pod runs there)."""
+    properties = dict(spec.kafka.properties)
+    if zone is not None:
+        properties[CLIENT_RACK] = zone
+    return json.dumps(dict(sorted(properties.items())), separators=(",", ":"))
+
+
+def _shared_env(
+    policy: PolicyRef, spec: PolicySpec, lease_seconds: int, *, zone: str | None = None
+) -> list[dict[str, Any]]:
+    """The environment of every pod of the policy; `zone` (the slot's) only changes the Kafka
+    properties, and the template hash is taken without it."""
     env: list[dict[str, Any]] = [
         {"name": "GROUPOPS_POLICY", "value": policy.name},
         {"name": "GROUPOPS_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
@@ -82,10 +108,7 @@ def _shared_env(policy: PolicyRef, spec: PolicySpec, lease_seconds: int) -> list
         {"name": "GROUPOPS_DELIVERY", "value": spec.consumers.delivery},
         {"name": "GROUPOPS_AUTO_OFFSET_RESET", "value": spec.strategy.auto_offset_reset},
         {"name": "GROUPOPS_KAFKA_BOOTSTRAP_SERVERS", "value": spec.kafka.bootstrap_servers},
-        {
-            "name": "GROUPOPS_KAFKA_PROPERTIES",
-            "value": json.dumps(dict(sorted(spec.kafka.properties.items())), separators=(",", ":")),
-        },
+        {"name": "GROUPOPS_KAFKA_PROPERTIES", "value": _kafka_properties(spec, zone)},
         {"name": "GROUPOPS_PLAN_CONFIGMAP", "value": plan_configmap_name(policy.name)},
         {"name": "GROUPOPS_LEASE_DURATION_SECONDS", "value": str(lease_seconds)},
         {
@@ -93,8 +116,27 @@ def _shared_env(policy: PolicyRef, spec: PolicySpec, lease_seconds: int) -> list
             "value": str(spec.consumers.max_poll_interval_seconds),
         },
     ]
+    if policy.created:
+        env.append({"name": "GROUPOPS_GROUP_STARTED", "value": policy.created})
+    env.extend(_on_error_env(spec))
     if spec.kafka.auth_secret:
         env.append({"name": "GROUPOPS_KAFKA_AUTH_DIR", "value": AUTH_MOUNT_PATH})
+    return env
+
+
+def _on_error_env(spec: PolicySpec) -> list[dict[str, str]]:
+    """spec.consumers.onError as variables, only where it differs from the runtime's defaults (a
+    policy that never set it keeps its pods' template hash)."""
+    on_error, default = spec.consumers.on_error, OnErrorSpec()
+    env: list[dict[str, str]] = []
+    if on_error.retries != default.retries:
+        env.append({"name": "GROUPOPS_ON_ERROR_RETRIES", "value": str(on_error.retries)})
+    if on_error.backoff_seconds is not None:
+        env.append({"name": "GROUPOPS_ON_ERROR_BACKOFF_SECONDS", "value": f"{on_error.backoff_seconds:g}"})
+    if on_error.action != default.action:
+        env.append({"name": "GROUPOPS_ON_ERROR_ACTION", "value": on_error.action})
+    if on_error.dead_letter_topic:
+        env.append({"name": "GROUPOPS_DEAD_LETTER_TOPIC", "value": on_error.dead_letter_topic})
     return env
 
 
@@ -145,7 +187,7 @@ def render_pod(
         container["image"] = settings.image
         container.setdefault("command", list(settings.command))
     env = [
-        *_shared_env(policy, spec, lease_seconds),
+        *_shared_env(policy, spec, lease_seconds, zone=slot.zone),
         {"name": "GROUPOPS_IDENTITY", "value": slot.identity},
         {"name": "GROUPOPS_LEASE_NAME", "value": lease_name(policy.name, slot.identity)},
     ]

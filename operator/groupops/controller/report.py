@@ -42,6 +42,7 @@ def write_status(
     lag_of = {tp: snapshot.lags[tp.topic][tp.partition] for tp in all_partitions(snapshot)}
     shown = decision.shown
     members = []
+    stopped: list[str] = []
     lag_by_identity: dict[str, int] = {}
     priorities = {identity.name: identity.priority for identity in view.members}
     for ordinal in sorted(view.identities_by_ordinal):
@@ -60,7 +61,12 @@ def write_status(
         }
         if zone:
             entry["zone"] = zone
+        lease = view.leases.get(identity)
+        if lease is not None and lease.live and lease.stopped:
+            entry["stopped"] = [f"{tp}@{offset}" for tp, offset in lease.stopped]
+            stopped.extend(f"{tp}@{offset} on {identity}" for tp, offset in lease.stopped)
         members.append(entry)
+    degraded = _with_stopped(degraded, stopped)
     last = run.status.get("lastRebalance")
     if decision.published and not spec.dry_run:
         last = iso(run.now)
@@ -121,6 +127,20 @@ def write_status(
         metrics.broker_matches.labels(run.policy.namespace, run.policy.name).set(int(broker.matches))
     announce_transitions(run, merged)
     return patch_status(run, desired)
+
+
+def _with_stopped(degraded: tuple[str, str] | None, stopped: list[str]) -> tuple[str, str] | None:
+    """Degraded=True with reason PartitionsStopped while replicas report partitions stopped on a
+    message their callback keeps failing on (or those added to another reason's message)."""
+    if not stopped:
+        return degraded
+    note = (
+        f"stopped on a message the processing callback keeps failing on: {', '.join(stopped)} "
+        "(consumers.onError; the replica's log says why; a fixed release rolls the pods)"
+    )
+    if degraded is None:
+        return "PartitionsStopped", note
+    return degraded[0], f"{degraded[1]}; {note}"
 
 
 def member_state(view: IdentityView, ordinal: int, identity: str, has_partitions: bool) -> str:

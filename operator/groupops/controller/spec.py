@@ -24,11 +24,13 @@ from groupops.planner.wire import identity_ordinal
 __all__ = [
     "APPROVALS",
     "DELIVERIES",
+    "ERROR_ACTIONS",
     "NATIVE_STRATEGIES",
     "AutoscaleSpec",
     "ConsumersSpec",
     "KafkaSpec",
     "LagSourceSpec",
+    "OnErrorSpec",
     "PolicySpec",
     "RebalanceSpec",
     "SpecError",
@@ -42,6 +44,8 @@ DELIVERIES = ("plan", "native")
 APPROVALS = ("auto", "manual")
 OFFSET_RESETS = ("earliest", "latest")
 MAX_REPLICAS = 1000
+MAX_ERROR_RETRIES = 100
+ERROR_ACTIONS = ("stop", "skip", "deadLetter")
 MAX_PRIORITY = 1_000_000
 DEFAULT_MAX_POLL_INTERVAL_S = 300
 """Kafka's max.poll.interval.ms default (also the CRD's, and the consumer's without the variable)."""
@@ -113,6 +117,18 @@ class AutoscaleSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class OnErrorSpec:
+    """`spec.consumers.onError`: what a replica does when its callback keeps raising
+    (consumer/failures.py): retries with a doubling backoff, then stop, skip or deadLetter.
+    `backoff_seconds` None: 1 s, shortened to fit a short maxPollIntervalSeconds."""
+
+    retries: int = 3
+    backoff_seconds: float | None = None
+    action: str = "stop"
+    dead_letter_topic: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ConsumersSpec:
     """max_poll_interval_seconds: a replica that makes no progress this long is failed over and
     restarted (consumer/progress.py); with native delivery also librdkafka's max.poll.interval.ms."""
@@ -124,6 +140,7 @@ class ConsumersSpec:
     zones: tuple[str, ...] = ()
     template: Mapping[str, Any] = field(default_factory=dict)
     max_poll_interval_seconds: int = DEFAULT_MAX_POLL_INTERVAL_S
+    on_error: OnErrorSpec = field(default_factory=OnErrorSpec)
 
     @property
     def max_replicas(self) -> int:
@@ -327,6 +344,12 @@ def _consumers(raw: Mapping[str, Any], group_id: str, strategy: StrategySpec) ->
     template = _obj(raw.get("template"), "spec.consumers.template")
     _check_template(template)
     low, high = MAX_POLL_INTERVAL_RANGE
+    max_poll_interval = _int_in(
+        raw.get("maxPollIntervalSeconds", DEFAULT_MAX_POLL_INTERVAL_S),
+        "spec.consumers.maxPollIntervalSeconds",
+        low,
+        high,
+    )
     return ConsumersSpec(
         replicas=replicas,
         autoscale=autoscale,
@@ -334,13 +357,40 @@ def _consumers(raw: Mapping[str, Any], group_id: str, strategy: StrategySpec) ->
         delivery=delivery,
         zones=tuple(zones),
         template=template,
-        max_poll_interval_seconds=_int_in(
-            raw.get("maxPollIntervalSeconds", DEFAULT_MAX_POLL_INTERVAL_S),
-            "spec.consumers.maxPollIntervalSeconds",
-            low,
-            high,
-        ),
+        max_poll_interval_seconds=max_poll_interval,
+        on_error=_on_error(_obj(raw.get("onError"), "spec.consumers.onError"), max_poll_interval),
     )
+
+
+def _on_error(raw: Mapping[str, Any], max_poll_interval: int) -> OnErrorSpec:
+    where = "spec.consumers.onError"
+    retries = _int_in(raw.get("retries", 3), f"{where}.retries", 0, MAX_ERROR_RETRIES)
+    backoff: float | None = None
+    if "backoffSeconds" in raw:
+        value = raw["backoffSeconds"]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 30:
+            raise SpecError(
+                f"{where}.backoffSeconds", f"expected a number of seconds from 0 to 30, got {value!r}"
+            )
+        backoff = float(value)
+        waited = sum(min(30.0, backoff * 2 ** (retry - 1)) for retry in range(1, retries + 1))
+        if waited > max_poll_interval / 2:
+            raise SpecError(
+                f"{where}.backoffSeconds",
+                f"{retries} retries wait {waited:g} s in all, over half of maxPollIntervalSeconds "
+                f"({max_poll_interval}): fewer retries or a shorter backoff",
+            )
+    action = _str(raw, "action", f"{where}.action", default="stop")
+    if action not in ERROR_ACTIONS:
+        raise SpecError(f"{where}.action", f"choose {', '.join(ERROR_ACTIONS)}, got {action!r}")
+    topic = _str(raw, "deadLetterTopic", f"{where}.deadLetterTopic") or None
+    if action == "deadLetter" and topic is None:
+        raise SpecError(
+            f"{where}.deadLetterTopic", "action deadLetter needs the topic to write failed records to"
+        )
+    if topic is not None and action != "deadLetter":
+        raise SpecError(f"{where}.deadLetterTopic", f"only used with action deadLetter, not {action!r}")
+    return OnErrorSpec(retries=retries, backoff_seconds=backoff, action=action, dead_letter_topic=topic)
 
 
 def _check_max_poll_interval(consumers: ConsumersSpec, kafka: KafkaSpec) -> None:

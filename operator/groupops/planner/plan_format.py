@@ -75,6 +75,7 @@ __all__ = [
     "LEASE_LIVENESS_ANNOTATION",
     "LEASE_RELEASED_THROUGH_ANNOTATION",
     "LEASE_STATE_ANNOTATION",
+    "LEASE_STOPPED_ANNOTATION",
     "POLICY_LABEL",
     "RELEASING_ANNOTATION",
     "ConfigMapParts",
@@ -103,6 +104,9 @@ LEASE_INCARNATION_ANNOTATION = "groupops.dev/incarnation"
 LEASE_IDENTITY_ANNOTATION = "groupops.dev/identity"
 LEASE_LIVENESS_ANNOTATION = "groupops.dev/liveness"
 LEASE_FENCED_INCARNATION_ANNOTATION = "groupops.dev/fenced-incarnation"
+LEASE_STOPPED_ANNOTATION = "groupops.dev/stopped"
+"""Partitions the replica stopped on a message its callback keeps failing on (design §9.2):
+JSON `[[topic, partition, offset], ...]`; absent when none."""
 HEARTBEAT_LIVENESS = "heartbeat"
 POLICY_LABEL = "groupops.dev/policy"
 
@@ -244,6 +248,8 @@ class LeaseRecord:
     heartbeats: bool = False
     """The holder sends heartbeats (`groupops.dev/liveness: heartbeat`)."""
     fenced_incarnation: str | None = None
+    stopped: tuple[tuple[TopicPartition, int], ...] = ()
+    """Partitions stopped on a failing message, each with that message's offset."""
 
 
 def lease_record_annotations(record: LeaseRecord, identity: str) -> dict[str, str]:
@@ -261,6 +267,10 @@ def lease_record_annotations(record: LeaseRecord, identity: str) -> dict[str, st
         annotations[LEASE_INCARNATION_ANNOTATION] = record.incarnation
     if record.heartbeats:
         annotations[LEASE_LIVENESS_ANNOTATION] = HEARTBEAT_LIVENESS
+    if record.stopped:
+        annotations[LEASE_STOPPED_ANNOTATION] = json.dumps(
+            [[tp.topic, tp.partition, offset] for tp, offset in sorted(record.stopped)], separators=(",", ":")
+        )
     return annotations
 
 
@@ -282,7 +292,30 @@ def lease_record(annotations: Mapping[str, str] | None) -> LeaseRecord:
         incarnation=notes.get(LEASE_INCARNATION_ANNOTATION),
         heartbeats=notes.get(LEASE_LIVENESS_ANNOTATION) == HEARTBEAT_LIVENESS,
         fenced_incarnation=notes.get(LEASE_FENCED_INCARNATION_ANNOTATION),
+        stopped=_stopped(notes.get(LEASE_STOPPED_ANNOTATION)),
     )
+
+
+def _stopped(text: str | None) -> tuple[tuple[TopicPartition, int], ...]:
+    """The stopped note; malformed reads as none (it is a report, never used for safety)."""
+    if not text:
+        return ()
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError:
+        return ()
+    if not isinstance(raw, list):
+        return ()
+    stopped: list[tuple[TopicPartition, int]] = []
+    for item in raw:
+        if (
+            isinstance(item, list)
+            and len(item) == 3
+            and isinstance(item[0], str)
+            and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in item[1:])
+        ):
+            stopped.append((TopicPartition(item[0], item[1]), item[2]))
+    return tuple(sorted(stopped))
 
 
 def _count_or_none(text: str | None) -> int | None:

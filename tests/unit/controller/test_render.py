@@ -129,6 +129,33 @@ def test_pod_carries_the_max_poll_interval_and_a_change_replaces_the_pods() -> N
     assert pod(short)["metadata"]["labels"][label] != pod()["metadata"]["labels"][label]
 
 
+def test_pods_start_latest_from_the_policys_creation_and_carry_only_the_error_policy_it_sets() -> None:
+    created = PolicyRef(namespace="team-a", name="orders", uid="uid-1", created="2026-11-25T09:00:00Z")
+    rendered = render_pods.render_pod(
+        created,
+        parse_policy(SPEC),
+        render_pods.Slot(ordinal=0, identity="orders-processor-0"),
+        settings=ConsumerSettings(),
+        lease_seconds=10,
+    )
+    env = env_of(rendered)
+    assert env["GROUPOPS_GROUP_STARTED"] == "2026-11-25T09:00:00Z"
+    assert not any(name.startswith("GROUPOPS_ON_ERROR") for name in env_of(pod())), "defaults: the runtime's"
+    dead_letters = copy.deepcopy(SPEC)
+    dead_letters["consumers"]["onError"] = {
+        "action": "deadLetter",
+        "deadLetterTopic": "orders.dlq",
+        "retries": 1,
+    }
+    env = env_of(pod(dead_letters))
+    assert env["GROUPOPS_ON_ERROR_ACTION"] == "deadLetter"
+    assert env["GROUPOPS_DEAD_LETTER_TOPIC"] == "orders.dlq"
+    assert env["GROUPOPS_ON_ERROR_RETRIES"] == "1"
+    assert "GROUPOPS_ON_ERROR_BACKOFF_SECONDS" not in env
+    label = "groupops.dev/template-hash"
+    assert pod(dead_letters)["metadata"]["labels"][label] != pod()["metadata"]["labels"][label]
+
+
 def test_default_container_when_the_template_has_none() -> None:
     bare = copy.deepcopy(SPEC)
     del bare["consumers"]["template"]

@@ -160,6 +160,31 @@ def test_defaults_are_the_crd_defaults() -> None:
             id="max-poll-interval-not-seconds",
         ),
         pytest.param(
+            with_("consumers", {"onError": {"action": "crash"}}),
+            "spec.consumers.onError.action",
+            id="on-error-unknown-action",
+        ),
+        pytest.param(
+            with_("consumers", {"onError": {"action": "deadLetter"}}),
+            "spec.consumers.onError.deadLetterTopic",
+            id="dead-letter-without-topic",
+        ),
+        pytest.param(
+            with_("consumers", {"onError": {"deadLetterTopic": "dlq"}}),
+            "spec.consumers.onError.deadLetterTopic",
+            id="dead-letter-topic-without-the-action",
+        ),
+        pytest.param(
+            with_(
+                "consumers", {"maxPollIntervalSeconds": 20, "onError": {"retries": 5, "backoffSeconds": 1}}
+            ),
+            "spec.consumers.onError.backoffSeconds",
+            id="on-error-retries-outlast-the-poll-interval",
+        ),
+        pytest.param(
+            with_("consumers", {"onError": {"retries": 101}}), "spec.consumers.onError.retries", id="retries"
+        ),
+        pytest.param(
             native(maxPollIntervalSeconds=30),
             "spec.consumers.maxPollIntervalSeconds",
             id="native-max-poll-interval-below-the-session-timeout",

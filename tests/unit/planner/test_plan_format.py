@@ -117,6 +117,9 @@ def test_a_malformed_plan_names_the_key(data: dict[str, str], annotations: dict[
         state=st.one_of(st.none(), st.sampled_from(LeaseState)),
         released_through=st.one_of(st.none(), st.integers(0, 10**9)),
         incarnation=st.one_of(st.none(), st.uuids().map(str)),
+        stopped=st.dictionaries(partitions, st.integers(0, 10**12), max_size=5).map(
+            lambda stopped: tuple(sorted(stopped.items()))
+        ),
     )
 )
 def test_a_lease_record_reads_back_the_same(record: LeaseRecord) -> None:
@@ -126,6 +129,11 @@ def test_a_lease_record_reads_back_the_same(record: LeaseRecord) -> None:
 def test_a_hand_edited_lease_reads_unknown_numbers_and_states_as_absent() -> None:
     record = lease_record({"groupops.dev/epoch": "soon", "groupops.dev/state": "dancing"})
     assert record == LeaseRecord()
+
+
+def test_a_malformed_stopped_note_reads_as_nothing_stopped() -> None:
+    for note in ("[[", '{"a": 1}', '[["orders", -1, 5]]', '[["orders", 1]]'):
+        assert lease_record({"groupops.dev/stopped": note}).stopped == ()
 
 
 def test_the_fence_voids_holdings_through_the_epoch() -> None:

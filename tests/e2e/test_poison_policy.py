@@ -1,0 +1,72 @@
+"""A poison message under a real policy (issue 10, design §9.2): with the default
+`consumers.onError` (retry, then stop) the replica stops only that partition, keeps its others,
+never restarts, and the policy's status names the stopped partition (member `stopped`,
+Degraded=True PartitionsStopped). Changing the policy to `skip` rolls the pods, the poison
+message is skipped, every message is processed and Degraded clears."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from tests.e2e.consumer_e2e import PolicyStack, StackFactory
+from tests.e2e.operator_support import condition
+from tests.e2e.runtime_support import ProducedLog
+from tests.e2e.waiting import wait_for
+from tests.integration.test_consumer_offsets import produce
+from tests.integration.test_consumer_stuck import REPO_ROOT, produce_poison
+
+pytestmark = pytest.mark.e2e
+
+PARTITIONS = 3
+REPLICAS = 2
+POISONED = 1
+
+
+def degraded(s: PolicyStack) -> dict[str, Any]:
+    return condition({"status": s.status()}, "Degraded")
+
+
+def stopped_in_status(s: PolicyStack) -> list[str]:
+    return [item for member in s.status().get("members") or [] for item in member.get("stopped") or []]
+
+
+def test_a_poison_message_stops_one_partition_is_reported_and_a_policy_change_moves_past_it(
+    new_stack: StackFactory,
+) -> None:
+    env = {
+        "GROUPOPS_PROCESSOR": "tests.integration.test_consumer_poison:fail_on_poison",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    with new_stack(partitions=PARTITIONS, extra_env=env) as s:
+        identities = [s.identity(i) for i in range(REPLICAS)]
+        consumers = {"replicas": REPLICAS, "onError": {"retries": 1, "backoffSeconds": 0.1}}
+        s.apply(strategy={"type": "range", "autoOffsetReset": "earliest"}, consumers=consumers)
+        wait_for("both replicas acknowledging", lambda: s.settled(identities), 180, explain=s.diagnostics)
+
+        before = produce(s.bootstrap, s.topic, range(PARTITIONS), 10, "before")
+        poison = ProducedLog()
+        produce_poison(s.bootstrap, s.topic, POISONED, poison)
+        after = produce(s.bootstrap, s.topic, range(PARTITIONS), 5, "after")
+        poison_offset = poison.acked[0][2]
+        stopped_note = f"{s.topic}-{POISONED}@{poison_offset}"
+
+        wait_for("the stopped partition in the status", lambda: stopped_in_status(s) == [stopped_note], 60)
+        state = degraded(s)
+        assert state.get("status") == "True" and state.get("reason") == "PartitionsStopped", state
+        assert stopped_note in state["message"]
+        reachable = before.acked + [m for m in after.acked if m[1] != POISONED]
+        s.wait_processed(reachable, timeout=120)
+        processes = len(s.kubelet.history)
+        assert processes == REPLICAS, "no replica crashed or restarted on the poison message"
+
+        consumers["onError"] = {"action": "skip", "retries": 1, "backoffSeconds": 0.1}
+        s.apply(strategy={"type": "range", "autoOffsetReset": "earliest"}, consumers=consumers)
+        report = s.wait_processed(before.acked + poison.acked + after.acked, timeout=240)
+        wait_for("Degraded cleared", lambda: degraded(s).get("status") == "False", 120, explain=s.diagnostics)
+        assert stopped_in_status(s) == []
+        print(f"\n{report.summary()}; consumer processes {len(s.kubelet.history)}")
+        assert len(s.kubelet.history) > processes, "the onError change rolled the pods"
+        assert report.overlaps == []
