@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, NewType
+from typing import NamedTuple, NewType, TypeAlias
+
+import numpy as np
+import numpy.typing as npt
 
 __all__ = [
     "AssignOptions",
     "Assignment",
     "GroupInput",
+    "LagValues",
     "Member",
     "MemberId",
     "Plan",
@@ -38,6 +42,10 @@ class TopicPartition(NamedTuple):
 
 Assignment = dict[MemberId, list[TopicPartition]]
 """Every member of the group, mapped to the partitions it gets (possibly none)."""
+
+LagValues: TypeAlias = Sequence[int] | npt.NDArray[np.int64]
+"""One topic's lag per partition: any sequence of ints, or an int64 array (as the contract
+parses them, and as the strategies compute with them)."""
 
 
 def kafka_string_key(text: str) -> bytes:
@@ -95,11 +103,18 @@ class GroupInput:
 
     `lags[topic][p]` is the lag of partition p (0 where a topic has no entry);
     `partition_racks[topic][p]` is the set of racks holding a replica of partition p.
+
+    `topics` is the cluster's metadata now; members report what they subscribe to and own, which
+    may lag behind it, as in Kafka. A subscription may name a topic absent from `topics` (not yet
+    created, or deleted): it contributes nothing. An owned partition may no longer exist (its
+    topic was deleted, or recreated with fewer partitions): every strategy ignores it, and
+    `stats` counts it as a revoked move. Kafka's assignors do the same: they only see the
+    subscribed topics that the leader's metadata holds (`AbstractPartitionAssignor.assign`).
     """
 
     topics: Mapping[str, int]
     members: tuple[Member, ...]
-    lags: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    lags: Mapping[str, LagValues] = field(default_factory=dict)
     partition_racks: Mapping[str, Sequence[frozenset[str]]] = field(default_factory=dict)
     options: AssignOptions = field(default_factory=AssignOptions)
 
@@ -107,12 +122,21 @@ class GroupInput:
         per_partition = self.lags.get(tp.topic)
         return 0 if per_partition is None else int(per_partition[tp.partition])
 
+    def exists(self, tp: TopicPartition) -> bool:
+        """Whether the partition exists in `topics` (owned partitions may not)."""
+        return 0 <= tp.partition < self.topics.get(tp.topic, 0)
+
+    def missing_topics(self) -> list[str]:
+        """Topics some member subscribes to that are not in `topics`, in sorted order."""
+        return sorted(topic for topic in self._wanted() if topic not in self.topics)
+
     def subscribed_topics(self) -> list[str]:
         """Topics at least one member subscribes to, that exist, in sorted order."""
-        wanted: set[str] = set()
-        for member in self.members:
-            wanted.update(member.topics)
-        return sorted(topic for topic in wanted if topic in self.topics)
+        return sorted(topic for topic in self._wanted() if topic in self.topics)
+
+    def _wanted(self) -> set[str]:
+        # Once per distinct subscription: 2,000 members on the same 500 topics cost 500 steps.
+        return set().union(*{member.topics: None for member in self.members})
 
     def member_ids(self) -> list[MemberId]:
         return [member.member_id for member in self.members]

@@ -10,7 +10,10 @@ seeded `random.Random`, covering what makes Kafka's assignors branch:
   absent, the same on every partition (rack-aware assignment off), aligned by partition number,
   or random subsets including racks no member is on;
 - a previous assignment: owned partitions with generations (current, older, unknown), partitions
-  claimed by two members, owned partitions of topics no longer subscribed, members that own nothing.
+  claimed by two members, owned partitions of topics no longer subscribed, members that own nothing;
+- topics out of step with the metadata, as after a topic is deleted or recreated: subscriptions
+  to topics not in `topics`, owned partitions of topics no longer in `topics`, and owned
+  partitions beyond a topic's count (recreated with fewer partitions).
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ MEMBER_NAMES = (
     "\uff5am",
     "\U0001d518m",
 )
+# Topics a member may name that the metadata does not hold (besides unused TOPIC_NAMES).
+MISSING_TOPIC_NAMES = ("gone", "t9", "orders.v1", "\U0001d518x")
 INSTANCE_NAMES = ("I0", "I1", "I2", "I10", "instance-10", "instance-2", "Z", "a", "\U0001d518i", "\uff5ai")
 RACKS = ("r1", "r2", "r3")
 
@@ -91,6 +96,25 @@ def _replica_racks(rng: random.Random, topics: dict[str, int]) -> dict[str, tupl
     return racks
 
 
+def _missing(rng: random.Random, topics: dict[str, int]) -> list[str]:
+    """Topics not in `topics` for this group: unused names of the pool and names never used."""
+    pool = [name for name in (*TOPIC_NAMES, *MISSING_TOPIC_NAMES) if name not in topics]
+    return rng.sample(pool, rng.randint(1, 3))
+
+
+def _previous_topics(rng: random.Random, topics: dict[str, int], missing: list[str]) -> dict[str, int]:
+    """The partition counts the previous assignment was made with: sometimes a topic since
+    deleted (now missing), sometimes a topic since recreated with fewer partitions."""
+    previous = dict(topics)
+    if missing and rng.random() < 0.3:
+        for name in rng.sample(missing, rng.randint(1, len(missing))):
+            previous[name] = rng.randint(1, 6)
+    if rng.random() < 0.12:
+        shrunk = rng.choice(list(topics))
+        previous[shrunk] = topics[shrunk] + rng.randint(1, 4)
+    return previous
+
+
 def _previous(
     rng: random.Random, topics: dict[str, int], member_ids: list[str]
 ) -> tuple[dict[str, list[TopicPartition]], dict[str, int | None]]:
@@ -123,6 +147,7 @@ def random_group(rng: random.Random) -> GroupInput:
     large = rng.random() < 0.1
     topics = _topics(rng, large)
     names = list(topics)
+    missing = _missing(rng, topics) if rng.random() < 0.35 else []
     member_count = rng.randint(1, 16 if large else 7)
     taken_ids: set[str] = set()
     member_ids = [_unique(rng, MEMBER_NAMES, taken_ids) for _ in range(member_count)]
@@ -131,7 +156,9 @@ def random_group(rng: random.Random) -> GroupInput:
     rack_share = rng.choice((0.0, 0.5, 0.8, 1.0))
     equal = rng.random() < 0.45
     shared = frozenset(names if rng.random() < 0.7 else rng.sample(names, rng.randint(1, len(names))))
-    owned, generations = _previous(rng, topics, member_ids)
+    if missing and rng.random() < 0.5:
+        shared |= frozenset(rng.sample(missing, rng.randint(1, len(missing))))
+    owned, generations = _previous(rng, _previous_topics(rng, topics, missing), member_ids)
     members: list[Member] = []
     for member_id in member_ids:
         if equal:
@@ -140,6 +167,8 @@ def random_group(rng: random.Random) -> GroupInput:
             subscribed = frozenset()
         else:
             subscribed = frozenset(rng.sample(names, rng.randint(1, len(names))))
+            if missing and rng.random() < 0.4:
+                subscribed |= frozenset(rng.sample(missing, rng.randint(1, len(missing))))
         rack: str | None = None
         if rng.random() < rack_share:
             rack = rng.choice((*RACKS, *RACKS, "", "r9"))

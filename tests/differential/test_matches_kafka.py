@@ -32,6 +32,7 @@ from groupops.contract import group_to_json
 from groupops.model import Assignment, GroupInput
 from tests.differential.kafka_harness import KafkaAnswer, kafka_assign
 from tests.differential.random_groups import random_groups
+from tests.unit.assign.out_of_step_groups import OUT_OF_STEP_GROUPS
 
 pytestmark = pytest.mark.differential
 
@@ -98,6 +99,9 @@ def kafka_quirk(group: GroupInput, answer: KafkaAnswer, *, cooperative: bool) ->
     """Why Kafka's answer cannot be compared (it threw, or broke an invariant), else None."""
     if answer.error is not None or answer.assignment is None:
         return "kafka threw"
+    for assignment in (answer.assignment, answer.target or {}):
+        if any(not group.exists(tp) for partitions in assignment.values() for tp in partitions):
+            return "kafka handed back a partition that no longer exists"
     try:
         check_assignment(group, answer.assignment, may_leave_moving_unassigned=cooperative)
         if answer.target is not None:
@@ -235,7 +239,12 @@ def test_enough_groups_are_compared_despite_kafkas_quirks(
     - they give partitions to a member with an empty subscription when all other members
       subscribe alike and that member comes first in their HashMap (the constrained path);
     - they hand a partition back to its older-generation previous owner even when that owner no
-      longer subscribes to the topic (the general path).
+      longer subscribes to the topic (the general path);
+    - they give an owner back an owned partition beyond its topic's count (the topic was
+      recreated with fewer partitions) while it still subscribes: Kafka filters owned partitions
+      by topic only, so the nonexistent partition is "kept" (and the two-pointer scan for
+      unassigned partitions can then hand a partition to two members), or its quota accounting
+      goes wrong and it throws IllegalStateException ("No more unfilled consumers").
     At least MIN_COMPARED groups per strategy must remain."""
     cooperative = strategy == "cooperative-sticky"
     answers = kafka(strategy)
@@ -247,6 +256,29 @@ def test_enough_groups_are_compared_despite_kafkas_quirks(
     assert compared >= MIN_COMPARED, (
         f"{strategy}: only {compared} of {len(groups)} groups compared with Kafka"
     )
+
+
+@pytest.mark.parametrize("strategy", ["range", "roundrobin", "sticky", "cooperative-sticky"])
+def test_out_of_step_topics_give_kafkas_answer(strategy: str) -> None:
+    """Kafka's own scenarios of missing and deleted topics (tests/unit/assign/
+    out_of_step_groups.py) through Kafka's classes: the answer is ours wherever Kafka's is
+    usable. The one group whose owned partitions lie beyond the topic's count makes Kafka's
+    sticky assignors throw ("No more unfilled consumers to be assigned"): not compared."""
+    groups = list(OUT_OF_STEP_GROUPS.values())
+    answers = kafka_assign(strategy, groups, variants=4)
+    cooperative = strategy == "cooperative-sticky"
+    compared = 0
+    for (name, group), answer in zip(OUT_OF_STEP_GROUPS.items(), answers, strict=True):
+        if kafka_quirk(group, answer, cooperative=cooperative) is not None:
+            assert "sticky" in strategy and name == "recreated-with-fewer-partitions", (name, answer)
+            continue
+        assert answer.deterministic, name
+        ours = get_strategy(strategy)(group)
+        check_assignment(group, ours, may_leave_moving_unassigned=cooperative)
+        assert answer.assignment is not None
+        assert names(ours) == names(answer.assignment), name
+        compared += 1
+    assert compared >= len(groups) - 1
 
 
 def test_random_groups_cover_what_makes_kafka_branch(groups: list[GroupInput]) -> None:
@@ -270,3 +302,10 @@ def test_random_groups_cover_what_makes_kafka_branch(groups: list[GroupInput]) -
     assert share(lambda g: len({m.generation for m in g.members if m.owned}) > 1) > 0.3
     assert share(rack_aware_range) > 0.3
     assert share(lambda g: {m.member_id[0].isupper() for m in g.members} == {True, False}) > 0.3
+    # Topics out of step with the metadata (a topic deleted, or recreated with fewer partitions).
+    assert share(lambda g: bool(g.missing_topics())) > 0.2
+    assert share(lambda g: any(tp.topic not in g.topics for m in g.members for tp in m.owned)) > 0.05
+    assert (
+        share(lambda g: any(tp.topic in g.topics and not g.exists(tp) for m in g.members for tp in m.owned))
+        > 0.05
+    )

@@ -50,7 +50,9 @@ class Problem:
     """Previous owner of each partition (invariants.previous_owners rules), -1 for none."""
     max_moves: int | None
     lost: int
-    """Owned partitions of topics nobody can take now (no subscriber left): moves already made."""
+    """Owned partitions nobody can take now: of topics with no subscriber left, of topics no
+    longer in `topics` (deleted) and beyond their topic's count. Moves already made, as the
+    stats count them."""
 
     @property
     def partition_count(self) -> int:
@@ -149,7 +151,7 @@ def _previous_owners(
 ) -> tuple[IntArray, int]:
     """invariants.previous_owners, vectorised: the highest generation claims a partition; equal
     generations go to the first claimant in Kafka's member order (`members` is in that order).
-    Also counts the owned partitions of existing topics that nobody subscribes to any more."""
+    Also counts the owned partitions nobody can take now (`Problem.lost`)."""
     previous = np.full(int(offsets[-1]), -1, dtype=np.int64)
     start = {topic: int(offsets[t]) for topic, t in topic_index.items()}
     lost: set[tuple[str, int]] = set()
@@ -159,11 +161,10 @@ def _previous_owners(
         ids: list[int] = []
         for topic, partition in members[i].owned:
             first = start.get(topic)
-            if first is None:
-                if topic in topics:
-                    lost.add((topic, partition))
-            elif 0 <= partition < topics[topic]:
+            if first is not None and 0 <= partition < topics[topic]:
                 ids.append(first + partition)
+            else:
+                lost.add((topic, partition))
         claimed = np.array(ids, dtype=np.int64)
         claimed = claimed[previous[claimed] < 0]
         previous[claimed] = i

@@ -10,6 +10,9 @@ Guarantees, in priority order:
    the topic even when a higher-priority member has come back (no flapping on return);
 4. everyone else gets an empty list: hot standbys.
 
+A subscription to a topic absent from `topics` gives nothing; owned partitions that no longer
+exist (topic deleted, or beyond its count) are ignored, also by `failback: false`.
+
 Example: A (priority 10), B (priority 20), both on t0 with 3 partitions: B [t0p0, t0p1, t0p2],
 A []. With B gone: A takes all three.
 """
@@ -28,14 +31,17 @@ def assign(group: GroupInput) -> Assignment:
     ranked = sorted(ordered, key=lambda m: -m.priority)  # stable: Kafka order breaks ties
     for topic in group.subscribed_topics():
         subscribers = [m for m in ranked if topic in m.topics]
-        active = _active_for(topic, subscribers, failback=group.options.failback)
-        assignment[active.member_id].extend(TopicPartition(topic, p) for p in range(group.topics[topic]))
+        count = group.topics[topic]
+        active = _active_for(topic, subscribers, count=count, failback=group.options.failback)
+        assignment[active.member_id].extend(TopicPartition(topic, p) for p in range(count))
     return assignment
 
 
-def _active_for(topic: str, ranked_subscribers: list[Member], *, failback: bool) -> Member:
+def _active_for(topic: str, ranked_subscribers: list[Member], *, count: int, failback: bool) -> Member:
     if not failback:
+        # Only partitions that exist count: one beyond the topic's count (the topic was recreated
+        # with fewer partitions) is owned by nobody now.
         for member in ranked_subscribers:
-            if any(tp.topic == topic for tp in member.owned):
+            if any(tp.topic == topic and tp.partition < count for tp in member.owned):
                 return member
     return ranked_subscribers[0]

@@ -32,6 +32,13 @@ Known differences from Kafka, all where Kafka's own answer is unusable:
 - an older-generation owner that can take no partition at all: Kafka throws
   (NullPointerException); here its claim is ignored.
 - a HashMap bucket of nine or more member ids (JDK tree bins) is not reproduced.
+- an owned partition beyond its topic's count (the topic was recreated with fewer partitions):
+  Kafka filters owned partitions by topic only, so it may hand the nonexistent partition back to
+  its owner, or throw (IllegalStateException) when it throws off the quotas; here it is dropped.
+  Where Kafka drops it too, the answer is Kafka's (`sticky_core`).
+
+Subscriptions to topics not in `topics` and owned partitions of such topics are Kafka's normal
+case, not a difference: the topic gets nobody, the partitions are dropped.
 """
 
 from __future__ import annotations

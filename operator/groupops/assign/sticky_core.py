@@ -9,8 +9,15 @@ Python objects are the TopicPartitions of the result, and owned ones are reused.
 
 What this module reproduces of Kafka's AbstractStickyAssignor (kafka-clients 4.x):
 - `partitionsPerTopic` holds the topics some member subscribes to that have partitions, as
-  `AbstractPartitionAssignor.assign(Cluster, ...)` builds it; owned partitions of other topics
-  are ignored.
+  `AbstractPartitionAssignor.assign(Cluster, ...)` builds it: a subscribed topic missing from
+  the metadata (or without partitions) is not in it, and owned partitions of topics not in it are
+  ignored.
+- an owned partition beyond its topic's count (the topic was recreated with fewer partitions)
+  is a "stale claim": nothing can keep it, so it is dropped. Kafka keeps such a partition in the
+  owner's list; where its answer is still valid (the owner no longer subscribes to the topic, or
+  sits in a rack, or is over its quota) that list only made Kafka drop it and, in the general
+  builder, note that revocation is required, which `stale_member`/`stale_topic` reproduce. Where
+  Kafka would hand the nonexistent partition back to its owner, we do not.
 - the members are visited in the iteration order of the leader's `subscriptions` HashMap
   (`groupops.assign.java_compat`), filled in member-id order; "all subscriptions equal" is
   decided on the raw topic sets in that order, and owned partitions claimed twice are settled in
@@ -41,14 +48,14 @@ IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
 DEFAULT_GENERATION = -1
-_NOT_ASSIGNABLE = -(1 << 40)
 _TOPIC = operator.itemgetter(0)
 _PARTITION = operator.itemgetter(1)
 
 
-def _not_assignable() -> int:
-    """Start index for owned partitions of topics nobody may be assigned: far below zero."""
-    return _NOT_ASSIGNABLE
+def _absent() -> int:
+    """Topic index of owned partitions of topics nobody may be assigned (missing, deleted, empty
+    or unsubscribed): none."""
+    return -1
 
 
 @dataclass(slots=True)
@@ -87,9 +94,11 @@ class RackInfo:
 class StickyProblem:
     """One group as arrays. Members are indexed in input order; partitions by `g`.
 
-    claims_*: every owned partition of a topic in `topics`, member by member in input order;
-    `held` marks the claims that survive Kafka's settlement of double claims, and `multiple`
-    the partitions two members of one generation claimed (owned by nobody afterwards).
+    claims_*: every owned partition of a topic in `topics` that exists, member by member in input
+    order; `held` marks the claims that survive Kafka's settlement of double claims, and
+    `multiple` the partitions two members of one generation claimed (owned by nobody afterwards).
+    stale_*: the claims of partitions beyond their topic's count that survive the same
+    settlement: the member and the topic index of each.
     """
 
     members: tuple[Member, ...]
@@ -110,6 +119,8 @@ class StickyProblem:
     claim_objects: npt.NDArray[np.object_]
     held: BoolArray
     multiple: BoolArray
+    stale_member: IntArray
+    stale_topic: IntArray
     racks: RackInfo | None
 
     def topic_of(self, partitions: IntArray) -> IntArray:
@@ -145,10 +156,21 @@ def build_problem(group: GroupInput) -> StickyProblem:
     as_indices = {
         topics: frozenset(topic_index[t] for t in topics if t in topic_index) for topics in distinct
     }
-    claim_member, claim_partition, claim_objects = _claims(members, topic_index, offsets)
-    held, multiple = _settle_claims(
-        claim_member, claim_partition, iteration, generation, total=int(offsets[-1])
+    claims = _claims(members, topic_index, offsets)
+    total = int(offsets[-1])
+    # Stale claims are settled with the others, each stale partition under an index past `total`.
+    settled_member = np.concatenate((claims.member, claims.stale_member))
+    settled_partition = np.concatenate((claims.partition, total + claims.stale_partition))
+    held_all, multiple_all = _settle_claims(
+        settled_member,
+        settled_partition,
+        iteration,
+        generation,
+        total=total + claims.stale_count,
     )
+    real = len(claims.member)
+    held, multiple = held_all[:real], multiple_all[:total]
+    stale_held = held_all[real:]
     return StickyProblem(
         members=members,
         iteration=iteration,
@@ -160,38 +182,65 @@ def build_problem(group: GroupInput) -> StickyProblem:
         topic_hash=[java_string_hash(t) for t in topics],
         counts=counts,
         offsets=offsets,
-        total=int(offsets[-1]),
+        total=total,
         subscribed=[as_indices[m.topics] for m in members],
         all_equal=_all_subscriptions_equal(members, iteration),
-        claim_member=claim_member,
-        claim_partition=claim_partition,
-        claim_objects=claim_objects,
+        claim_member=claims.member,
+        claim_partition=claims.partition,
+        claim_objects=claims.objects,
         held=held,
         multiple=multiple,
+        stale_member=claims.stale_member[stale_held],
+        stale_topic=claims.stale_topic[stale_held],
         racks=_rack_info(group, topics, offsets),
     )
 
 
-def _claims(
-    members: tuple[Member, ...], topic_index: dict[str, int], offsets: IntArray
-) -> tuple[IntArray, IntArray, npt.NDArray[np.object_]]:
+@dataclass(slots=True)
+class _Claims:
+    """Owned partitions as arrays: those that exist (`member`, global `partition`, the reported
+    TopicPartition `objects`), and the stale ones of subscribed topics (`stale_member`,
+    `stale_topic`, `stale_partition`: a dense index over the distinct stale partitions)."""
+
+    member: IntArray
+    partition: IntArray
+    objects: npt.NDArray[np.object_]
+    stale_member: IntArray
+    stale_topic: IntArray
+    stale_partition: IntArray
+    stale_count: int
+
+
+def _claims(members: tuple[Member, ...], topic_index: dict[str, int], offsets: IntArray) -> _Claims:
     # C-level maps only: a million owned partitions cost no Python frame each.
-    start: defaultdict[str, int] = defaultdict(
-        _not_assignable, {t: int(offsets[i]) for t, i in topic_index.items()}
-    )
+    position: defaultdict[str, int] = defaultdict(_absent, topic_index)
     lengths = np.array([len(m.owned) for m in members], dtype=np.int64)
     count = int(lengths.sum())
-    topic_start = map(start.__getitem__, map(_TOPIC, chain.from_iterable(m.owned for m in members)))
-    index = np.fromiter(topic_start, dtype=np.int64, count=count)
-    index += np.fromiter(
-        map(_PARTITION, chain.from_iterable(m.owned for m in members)), dtype=np.int64, count=count
-    )
+    owned = chain.from_iterable(m.owned for m in members)
+    topic = np.fromiter(map(position.__getitem__, map(_TOPIC, owned)), dtype=np.int64, count=count)
+    owned = chain.from_iterable(m.owned for m in members)
+    number = np.fromiter(map(_PARTITION, owned), dtype=np.int64, count=count)
     member = np.repeat(np.arange(len(members), dtype=np.int64), lengths)
     objects = np.fromiter(chain.from_iterable(m.owned for m in members), dtype=object, count=count)
-    keep = index >= 0
-    if bool(keep.all()):
-        return member, index, objects
-    return member[keep], index[keep], objects[keep]
+    known = topic >= 0
+    # Topic sizes with a sentinel of 0 at index -1, so unknown topics (-1) never exist.
+    sizes = np.append(np.diff(offsets), 0)
+    exists = number < sizes[topic]
+    stale = known & ~exists
+    stale_member, stale_topic, stale_number = member[stale], topic[stale], number[stale]
+    keys = stale_topic * (int(stale_number.max(initial=0)) + 1) + stale_number
+    distinct, stale_partition = np.unique(keys, return_inverse=True)
+    if not bool(exists.all()):
+        member, topic, number, objects = member[exists], topic[exists], number[exists], objects[exists]
+    return _Claims(
+        member=member,
+        partition=offsets[topic] + number,
+        objects=objects,
+        stale_member=stale_member,
+        stale_topic=stale_topic,
+        stale_partition=stale_partition.astype(np.int64),
+        stale_count=len(distinct),
+    )
 
 
 def _settle_claims(

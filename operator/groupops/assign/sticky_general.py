@@ -3,7 +3,8 @@ topics, step by step as AbstractStickyAssignor (kafka-clients 4.x) numbers them.
 
 1. Keep every owned partition (settled as in `sticky_core`) whose topic the member still
    subscribes to (rack-aware: with a replica in its rack); dropping any means "revocation
-   required".
+   required" (owned partitions of topics not in the metadata are dropped silently, those beyond
+   their topic's count as `_drops_stale_claim` says).
 2. Partitions are ordered by topic (fewest potential members first, then name), then number.
 3. Rack-aware only: each unassigned partition goes to the member with the fewest partitions
    (ties: smaller member id) among its topic's subscribers in a replica's rack or without rack.
@@ -133,7 +134,7 @@ class _General:
         if p.racks is not None:
             racks = p.racks
             keep &= ~racks.mismatch(member, partition)
-        self.revocation_required = not bool(keep.all())
+        self.revocation_required = not bool(keep.all()) or self._drops_stale_claim()
         self.owner[partition[keep]] = member[keep]
         self.size = np.bincount(member[keep], minlength=self.n).astype(np.int64)
         initializing = int(self.size.max()) == 0
@@ -145,6 +146,18 @@ class _General:
         unassigned = sorted_all[self.owner[sorted_all] < 0]
         self._assign_unassigned(unassigned)
         return self._balance(sorted_all, unassigned, initializing=initializing)
+
+    def _drops_stale_claim(self) -> bool:
+        """Step 1 for owned partitions beyond their topic's count: Kafka keeps one in its owner's
+        list unless the owner no longer subscribes to the topic or (rack-aware) has a rack, and
+        dropping it then also means "revocation required"."""
+        p = self.p
+        if len(p.stale_member) == 0:
+            return False
+        dropped = ~self.class_topics[self.class_of[p.stale_member], p.stale_topic]
+        if p.racks is not None:
+            dropped |= p.racks.member_rack_index[p.stale_member] >= 0
+        return bool(dropped.any())
 
     # Steps 3 and 4.
     def _assign_unassigned(self, unassigned: IntArray) -> None:

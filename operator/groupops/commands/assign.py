@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from groupops.assign import UnknownStrategyError, get_strategy
+from groupops.assign.common import collector_paused
 from groupops.assign.stats import AssignmentStats, compute_stats
 from groupops.commands import lag as lag_command
 from groupops.commands.errors import fail
-from groupops.contract import InputError, assignment_to_json, parse_group_text
+from groupops.contract import InputError, parse_group_text, render_result
 from groupops.model import Assignment
 
 
@@ -54,39 +54,40 @@ def assign_command(
 ) -> None:
     """Assign one group's partitions with the chosen strategy (contract: docs/design.md §3.3)."""
     text = _read_input(input_file)
-    try:
-        document_strategy, group = parse_group_text(text)
-        if lag_from_kafka:
-            group = lag_command.live_lags_for_assign(
-                group, bootstrap, group_id, auto_offset_reset=auto_offset_reset, config=kafka_config or []
-            )
-        name = strategy or document_strategy
-        assignment = get_strategy(name)(group)
-    except InputError as e:
-        fail(f"{e.message} ({e.field})")
-    except UnknownStrategyError as e:
-        fail(f"{e} ({'--strategy' if strategy else 'strategy'})")
-    stats = compute_stats(group, assignment)
-    if output_format is OutputFormat.table:
-        _print_table(name, assignment, stats)
-    else:
-        json.dump(result_document(assignment, stats), sys.stdout, separators=(",", ":"))
-        sys.stdout.write("\n")
-
-
-def result_document(assignment: Assignment, stats: AssignmentStats) -> dict[str, Any]:
-    return {"assignment": assignment_to_json(assignment), "stats": stats}
+    # A million partitions come in as a million new tuples and go out as as many more: the cyclic
+    # collector would walk them again and again for nothing (none is part of a cycle), so it is
+    # paused for the whole command, which ends right after.
+    with collector_paused(0):
+        try:
+            document_strategy, group = parse_group_text(text)
+            if lag_from_kafka:
+                group = lag_command.live_lags_for_assign(
+                    group, bootstrap, group_id, auto_offset_reset=auto_offset_reset, config=kafka_config or []
+                )
+            name = strategy or document_strategy
+            assignment = get_strategy(name)(group)
+        except InputError as e:
+            fail(f"{e.message} ({e.field})")
+        except UnknownStrategyError as e:
+            fail(f"{e} ({'--strategy' if strategy else 'strategy'})")
+        stats = compute_stats(group, assignment)
+        if output_format is OutputFormat.table:
+            _print_table(name, assignment, stats)
+        else:
+            sys.stdout.flush()
+            sys.stdout.buffer.write(render_result(assignment, stats) + b"\n")
+            sys.stdout.buffer.flush()
 
 
 def _read_input(input_file: Path | None) -> str:
-    if input_file is None:
-        return sys.stdin.read()
+    where = "stdin" if input_file is None else f"--input {input_file}"
     try:
-        return input_file.read_text(encoding="utf-8")
+        data = sys.stdin.buffer.read() if input_file is None else input_file.read_bytes()
+        return data.decode("utf-8")
     except OSError as e:
-        fail(f"cannot read input: {e.strerror} (--input {input_file})")
+        fail(f"cannot read input: {e.strerror} ({where})")
     except UnicodeDecodeError:
-        fail(f"input is not UTF-8 text (--input {input_file})")
+        fail(f"input is not UTF-8 text ({where})")
 
 
 def _print_table(strategy: str, assignment: Assignment, stats: AssignmentStats) -> None:
@@ -105,3 +106,13 @@ def _print_table(strategy: str, assignment: Assignment, stats: AssignmentStats) 
         f"max member lag {stats['max_member_lag']:,.0f}   lower bound {stats['lower_bound']:,.0f}   "
         f"imbalance {stats['imbalance']:.3f}   moves {stats['moves']}   unassigned {stats['unassigned']}"
     )
+    if stats["dropped"]:
+        console.print(
+            f"dropped {stats['dropped']} owned partitions that no longer exist (counted in moves)",
+            markup=False,
+        )
+    if stats["missing_topics"]:
+        console.print(
+            f"subscribed but not in `topics` (get nothing): {', '.join(stats['missing_topics'])}",
+            markup=False,
+        )
