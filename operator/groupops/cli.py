@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import typer
 
-from groupops.commands import assign, consume, lag, pipeline, snapshot
+from groupops.commands import assign, consume, lag, pipeline, reset_offsets, snapshot
 from groupops.commands import operator as operator_command
 
 app = typer.Typer(
@@ -28,6 +28,7 @@ consume.register(app)
 operator_command.register(app)
 lag.register(app)
 pipeline.register(app)
+reset_offsets.register(app)
 snapshot.register(app)
 
 

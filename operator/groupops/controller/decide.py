@@ -24,7 +24,7 @@ from groupops.controller.spec import PolicySpec
 from groupops.lag import LagSnapshot
 from groupops.model import TopicPartition
 from groupops.planner.plan_format import PublishedPlan
-from groupops.planner.target import TargetRequest, compute_target, rebalance_trigger, stats_of
+from groupops.planner.target import TargetRequest, Trigger, compute_target, rebalance_trigger, stats_of
 
 __all__ = ["Decision", "assignment_from_status", "assignment_to_status", "decide", "seconds_since"]
 
@@ -56,7 +56,11 @@ def decide(  # noqa: PLR0917 - one call site, the reconcile's named steps
     view: IdentityView,
     observed: ObservedPlan | None,
     previous: PublishedPlan,
+    *,
+    paused: frozenset[TopicPartition] = frozenset(),
 ) -> Decision:
+    """`paused`: partitions an offset reset holds back (controller/offset_reset.py): nobody gets
+    them, and while they are paused only a change of members or spec replans the others."""
     current = normalized(previous.plan.assignment)
     request = TargetRequest(
         strategy=spec.strategy.type,
@@ -88,18 +92,27 @@ def decide(  # noqa: PLR0917 - one call site, the reconcile's named steps
         interval_seconds=spec.rebalance.interval_seconds,
     )
     everyone = sorted(view.identities_by_ordinal.values())
-    wanted: Mapping[Any, Sequence[TopicPartition]] = target.assignment if trigger is not None else current
+    if paused and trigger in (None, Trigger.PARTITIONS_CHANGED, Trigger.IMBALANCE, Trigger.INTERVAL):
+        trigger = None  # the pause itself changes the plan; lag and balance wait for the reset
+        wanted: Mapping[Any, Sequence[TopicPartition]] = current
+    else:
+        wanted = target.assignment if trigger is not None else current
     entries = {
-        identity: tuple(sorted(wanted.get(identity, ()))) if identity in members else ()
+        identity: tuple(sorted(tp for tp in wanted.get(identity, ()) if tp not in paused))
+        if identity in members
+        else ()
         for identity in everyone
     }
     moves = moves_between(current, entries, among=members) if observed is not None else 0
     after = stats_of(request, entries)
+    label = trigger.value if trigger else None
+    if paused and label is None and entries != {i: tuple(sorted(current.get(i, ()))) for i in everyone}:
+        label = "OffsetReset"
     keep = Decision(
         target=entries,
         members=members,
         shown=current,
-        trigger=trigger.value if trigger else None,
+        trigger=label,
         moves=moves,
         max_lag_before=before["max_member_lag"] if before else None,
         max_lag_after=after["max_member_lag"],
@@ -107,7 +120,7 @@ def decide(  # noqa: PLR0917 - one call site, the reconcile's named steps
     )
     if spec.dry_run:
         return replace(keep, target=None, shown=entries, imbalance=after["imbalance"], waiting="DryRun")
-    if spec.rebalance.approval == "manual" and observed is not None and moves > 0:
+    if spec.rebalance.approval == "manual" and observed is not None and moves > 0 and not paused:
         return _manual(run, keep, entries)
     return keep
 

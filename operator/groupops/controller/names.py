@@ -14,6 +14,7 @@ __all__ = [
     "ANNOTATION_GENERATION",
     "ANNOTATION_IDENTITY",
     "ANNOTATION_MEMBERS",
+    "ANNOTATION_RESET_OFFSETS",
     "API_GROUP",
     "API_VERSION",
     "KIND",
@@ -43,6 +44,9 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "groupops"
 
 ANNOTATION_APPROVE = "groupops.dev/approve"
+ANNOTATION_RESET_OFFSETS = "groupops.dev/reset-offsets"
+"""A `groupops reset-offsets` request (controller/offset_reset.py); its outcome is in
+status.offsetReset."""
 ANNOTATION_MEMBERS = "groupops.dev/members"
 ANNOTATION_IDENTITY = "groupops.dev/identity"  # an annotation: group ids can exceed a label's 63 characters
 ANNOTATION_GENERATION = "groupops.dev/policy-generation"

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from groupops.controller import render_pods, render_rbac
+from groupops.controller import offset_reset, render_pods, render_rbac
 from groupops.controller.apply import apply
 from groupops.controller.context import (
     Deps,
@@ -77,7 +77,8 @@ from groupops.lag import (
 )
 from groupops.lag import kafka as kafka_lag
 from groupops.lag.registry import SourceContext, build_lag_source
-from groupops.model import MemberId
+from groupops.lag.reset import apply_reset, read_reset
+from groupops.model import MemberId, TopicPartition
 from groupops.planner.handoff import HandoffError, HandoffResult, fence_epoch, predicted_plan
 from groupops.planner.plan_format import PublishedPlan, fence_annotations, lease_record
 from groupops.planner.wire import PlanFormatError
@@ -184,8 +185,11 @@ def _reconcile(run: RunContext) -> ReconcileResult:
 
     view = view_of(previous)
 
+    # -- offset reset (design §9.3) --------------------------------------------------------------
+    reset = _OffsetReset(run, spec, client_config, topics)
+
     # -- plan ------------------------------------------------------------------------------------
-    decision = decide(run, spec, snapshot, topics, view, observed, previous)
+    decision = decide(run, spec, snapshot, topics, view, observed, previous, paused=reset.paused)
     if spec.dry_run:
         write_status(
             run, spec, snapshot, view, decision, epoch=previous.epoch, replicas=replicas, degraded=degraded
@@ -207,6 +211,7 @@ def _reconcile(run: RunContext) -> ReconcileResult:
             run.deps.heartbeats.note_published(run.policy.namespace, run.policy.name, now_plan.epoch)
         view = view_of(now_plan)
         _apply_pods(run, spec, view, lease_objects, lease_seconds)
+        reset.carry_out(now_plan)
     except Rejected as e:
         fail(run, "ObjectRejected", str(e), transient=False, degraded=True)
     except KubeError as e:
@@ -227,6 +232,7 @@ def _reconcile(run: RunContext) -> ReconcileResult:
         replicas=replicas,
         broker=broker,
         degraded=degraded,
+        offset_reset=reset.status,
     )
     return ReconcileResult(
         epoch=now_plan.epoch,
@@ -237,6 +243,102 @@ def _reconcile(run: RunContext) -> ReconcileResult:
 
 
 # -- steps ---------------------------------------------------------------------------------------
+
+
+class _OffsetReset:
+    """The offset-reset step of one run (controller/offset_reset.py): which partitions the plan
+    holds back, and, once their owners released them, the reset itself. `status` is what
+    status.offsetReset becomes (None: unchanged)."""
+
+    def __init__(
+        self, run: RunContext, spec: PolicySpec, client_config: Mapping[str, str], topics: Mapping[str, int]
+    ) -> None:
+        self._run, self._spec, self._client_config, self._topics = run, spec, client_config, topics
+        self.paused: frozenset[TopicPartition] = frozenset()
+        self.status: dict[str, Any] | None = None
+        self._request: offset_reset.ResetRequest | None = None
+        annotations = run.body.get("metadata", {}).get("annotations")
+        try:
+            request = offset_reset.read_request(annotations)
+        except offset_reset.ResetRequestError as e:
+            request_id = offset_reset.request_id_of(annotations)
+            if offset_reset.pending_id(request_id, run.status):
+                self.status = offset_reset.reset_status(run, request_id, "Failed", str(e))
+            return
+        if not offset_reset.pending(request, run.status):
+            return
+        assert request is not None
+        self._request = request
+        refusal = self._refusal()
+        if refusal is not None:
+            self.status = offset_reset.reset_status(run, request.id, "Failed", refusal, request=request)
+            return
+        try:
+            partitions = offset_reset.paused_partitions(request, topics)
+        except offset_reset.ResetRequestError as e:
+            self.status = offset_reset.reset_status(run, request.id, "Failed", str(e), request=request)
+            return
+        if not request.execute:
+            self._finish(partitions, execute=False)
+            return
+        self.paused = frozenset(partitions)
+        self.status = offset_reset.reset_status(
+            run,
+            request.id,
+            "Pausing",
+            f"waiting for the owners of {len(partitions)} partitions to release them",
+            request=request,
+        )
+
+    def _refusal(self) -> str | None:
+        if self._request is not None and self._request.execute and self._spec.dry_run:
+            return "the policy is a dry run: its plans are never applied, so nothing can be paused"
+        if self._spec.consumers.delivery == "native":
+            return (
+                "delivery native: the replicas are members of the group and Kafka refuses new offsets "
+                "while it has members; scale the policy to 0 replicas first"
+            )
+        return None
+
+    def carry_out(self, plan: PublishedPlan) -> None:
+        """Reset once the published plan has none of the paused partitions owned or releasing."""
+        if not self.paused:
+            return
+        held = offset_reset.still_held(plan, sorted(self.paused))
+        if held:
+            return
+        self._finish(sorted(self.paused), execute=True)
+        self._run.memory.poke()  # assign them again at once
+
+    def _finish(self, partitions: list[TopicPartition], *, execute: bool) -> None:
+        request, run, spec = self._request, self._run, self._spec
+        assert request is not None
+        context = SourceContext(
+            bootstrap_servers=spec.kafka.bootstrap_servers,
+            client_config={**spec.kafka.properties, **self._client_config},
+            auto_offset_reset=spec.strategy.auto_offset_reset,
+            timeout_seconds=run.deps.settings.reconcile.lag_timeout_seconds,
+        )
+        try:
+            source = kafka_lag.from_spec({}, context)
+            try:
+                rows = read_reset(source, spec.group_id, partitions, request.target)
+                if execute:
+                    apply_reset(source, spec.group_id, rows)
+            finally:
+                source.close()
+        except (LagError, ValueError) as e:
+            self.status = offset_reset.reset_status(run, request.id, "Failed", str(e), request=request)
+            run.log.warning("offset reset %s failed: %s", request.id, e)
+            return
+        state = "Done" if execute else "DryRun"
+        message = (
+            f"{len(rows)} partitions reset to {request.describe()}; their owners start there"
+            if execute
+            else f"dry run: {len(rows)} partitions would be reset to {request.describe()}"
+        )
+        self.status = offset_reset.reset_status(run, request.id, state, message, request=request, rows=rows)
+        run.log.info("offset reset %s: %s", request.id, message)
 
 
 def _auth_config(run: RunContext, spec: PolicySpec) -> dict[str, str]:

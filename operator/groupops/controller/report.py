@@ -35,10 +35,12 @@ def write_status(
     replicas: int,
     broker: BrokerAgreement | None = None,
     degraded: tuple[str, str] | None = None,
+    offset_reset: Mapping[str, Any] | None = None,
 ) -> bool:
     """`broker`: with delivery native, how Kafka's actual assignment compares with the
     prediction; it decides PlanApplied (the replicas follow Kafka, not the plan). `degraded`:
-    the reason and message when the run planned without fresh lag (Degraded=True)."""
+    the reason and message when the run planned without fresh lag (Degraded=True).
+    `offset_reset`: status.offsetReset when this run changed it (None: kept)."""
     lag_of = {tp: snapshot.lags[tp.topic][tp.partition] for tp in all_partitions(snapshot)}
     shown = decision.shown
     members = []
@@ -117,6 +119,7 @@ def write_status(
         "lastRebalance": last,
         "proposal": decision.proposal,
         "brokerAssignment": None if broker is None else broker.to_status(),
+        "offsetReset": run.status.get("offsetReset") if offset_reset is None else dict(offset_reset),
     }
     metrics = run.deps.metrics
     metrics.record_members(run.policy.namespace, run.policy.name, lag_by_identity)

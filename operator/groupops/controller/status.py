@@ -41,6 +41,7 @@ OWNED_STATUS_KEYS = (
     "lastRebalance",
     "proposal",
     "brokerAssignment",
+    "offsetReset",
 )
 """The status fields this operator writes; anything else under status (kopf's own progress
 records) is left alone."""

@@ -234,6 +234,11 @@ class KafkaLagSource:
         """Drop the client at once (librdkafka then ends its connections and threads)."""
         self._admin.close()
 
+    @property
+    def admin(self) -> KafkaAdmin:
+        """The connection, for the few requests beyond a read (groupops.lag.reset)."""
+        return self._admin
+
     def read(self, group_id: str, topics: Sequence[str]) -> LagSnapshot:
         """Lag of `group_id` on `topics` (all topics the group committed on, when empty); the
         offsets read are appended to the offset history when the source has one."""

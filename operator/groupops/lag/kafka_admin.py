@@ -253,6 +253,32 @@ class KafkaAdmin:
                 answers[(which, TopicPartition(ktp.topic, ktp.partition))] = future
         return answers
 
+    def offsets_at(
+        self, partitions: Sequence[TopicPartition], at_ms: int, timeout_s: float
+    ) -> dict[TopicPartition, concurrent.futures.Future[Any]]:
+        """ListOffsets by time: per partition the first offset whose timestamp is at or after
+        `at_ms` (-1 in the answer when no message is that recent)."""
+        request = {
+            KafkaTopicPartition(tp.topic, tp.partition): OffsetSpec.for_timestamp(at_ms) for tp in partitions
+        }
+        futures = self._client().list_offsets(request, request_timeout=timeout_s)
+        self._on_request("ListOffsets")
+        return {TopicPartition(ktp.topic, ktp.partition): future for ktp, future in futures.items()}
+
+    def alter_group_offsets(
+        self, group_id: str, offsets: Mapping[TopicPartition, int], timeout_s: float
+    ) -> concurrent.futures.Future[Any]:
+        """OffsetCommit for the group from outside it (what `kafka-consumer-groups
+        --reset-offsets --execute` sends); Kafka refuses it while the group has members."""
+        request = ConsumerGroupTopicPartitions(
+            group_id,
+            [KafkaTopicPartition(tp.topic, tp.partition, offset) for tp, offset in sorted(offsets.items())],
+        )
+        futures = self._client().alter_consumer_group_offsets([request], request_timeout=timeout_s)
+        self._on_request("OffsetCommit")
+        future: concurrent.futures.Future[Any] = futures[group_id]
+        return future
+
     # -- per group -------------------------------------------------------------------------------
 
     def group_offsets(
