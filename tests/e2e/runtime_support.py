@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -94,7 +94,9 @@ class SteadyProducer:
         hot_rotation_s: float = 20.0,
     ) -> None:
         self.log = ProducedLog()
-        self._args = (bootstrap, topic, partitions, total, rate)
+        self._args = (bootstrap, topic, total, rate)
+        self.partitions = partitions
+        """How many partitions the next messages spread over (`grow` raises it mid-run)."""
         # Skew: `hot_share` of the messages go to a quarter of the partitions, a different
         # quarter every `hot_rotation_s` seconds, so lag (and the lag-driven plan) keeps moving.
         self._hot_share = hot_share
@@ -106,8 +108,12 @@ class SteadyProducer:
         self._thread.start()
         return self
 
+    def grow(self, partitions: int) -> None:
+        """Spread the next messages over `partitions` (the topic was given more)."""
+        self.partitions = partitions
+
     def _run(self) -> None:
-        bootstrap, topic, partitions, total, rate = self._args
+        bootstrap, topic, total, rate = self._args
         producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "acks": "all"})
 
         def delivered(error: Any, message: Any) -> None:
@@ -118,8 +124,9 @@ class SteadyProducer:
 
         started = time.monotonic()
         chooser = random.Random(7)
-        quarter = max(1, partitions // 4)
         for i in range(total):
+            partitions = self.partitions
+            quarter = max(1, partitions // 4)
             partition = i % partitions
             if self._hot_share and chooser.random() < self._hot_share:
                 rotation = int((time.monotonic() - started) / self._hot_rotation_s)
@@ -130,6 +137,11 @@ class SteadyProducer:
                     break
                 except BufferError:
                     producer.poll(0.1)
+                except KafkaException as e:
+                    if e.args[0].code() != KafkaError._UNKNOWN_PARTITION:
+                        raise
+                    # The topic grew (`grow`): learn its new partitions, then produce.
+                    producer.list_topics(topic, timeout=10)
             if i % 20 == 0:  # pace finely: bursts would make the work lost per crash depend on phase
                 producer.poll(0)
                 ahead = i / rate - (time.monotonic() - started)

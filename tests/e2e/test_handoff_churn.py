@@ -1,7 +1,9 @@
-"""The churn test: 200,000 messages with unique ids on 12 partitions, while a 3-replica policy
-goes through at least 50 plan changes: lag-driven replans (strategy `lag`, lag read from the
-broker, skewed and rotating production), scale 3 -> 5 -> 2, two crashes, a freeze, an API cut,
-a rolling template change; with two operators running all along, the leading one SIGKILLed in the
+"""The churn test: 200,000 messages with unique ids on 12 partitions, then 16, while a 3-replica
+policy with the default settings (`autoOffsetReset: latest`) goes through at least 50 plan
+changes: lag-driven replans (strategy `lag`, lag read from the broker, skewed and rotating
+production), scale 3 -> 5 -> 2, four partitions added mid-run (written to before any replica owns
+them), a new replica crashed right after its first acknowledgement, two more crashes, a freeze,
+an API cut, a rolling template change; with two operators running all along, the leading one SIGKILLed in the
 middle of a handoff (the standby takes over, the killed one comes back as the standby), and the
 plan ConfigMap deleted, then replaced by an older plan, under them.
 
@@ -20,9 +22,10 @@ from typing import Any
 
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewPartitions
 
 from groupops.consumer.audit import load_journals
+from groupops.model import MemberId
 from groupops.planner.wire import plan_configmap_name
 from tests.e2e.consumer_e2e import PolicyStack, StackFactory
 from tests.e2e.operator_support import OperatorProcess
@@ -32,6 +35,7 @@ from tests.e2e.waiting import wait_for
 pytestmark = pytest.mark.e2e
 
 PARTITIONS = 12
+PARTITIONS_LATER = 16
 MESSAGES = 200_000
 RATE = 1_000.0
 LEASE_SECONDS = 4
@@ -140,7 +144,7 @@ def test_churn_loses_nothing_and_never_shares_a_partition(new_stack: StackFactor
 
 def run_churn(s: PolicyStack, standby: OperatorProcess) -> None:
     s.apply(
-        strategy={"type": "lag", "autoOffsetReset": "earliest"},
+        strategy={"type": "lag"},
         lagSource={"type": "kafka"},
         rebalance={"interval": "4s", "imbalanceThreshold": 1.1},
         consumers={"replicas": 3},
@@ -163,6 +167,27 @@ def run_churn(s: PolicyStack, standby: OperatorProcess) -> None:
     patch_policy(s, {"consumers": {"replicas": 5}})
     timeline.note("scale 3 -> 5")
     wait_running(s, 5)
+    # A new replica that dies right after taking its first partitions, before it committed
+    # anything it processed: under `latest` its partitions must not skip what it did not commit.
+    newcomer = s.identity(4)
+    wait_for(
+        "the fifth replica acknowledging partitions",
+        lambda: (
+            (p := s.plan()) is not None
+            and bool(p.plan.assignment.get(MemberId(newcomer)))
+            and s.acked(newcomer) == p.epoch
+        ),
+        120,
+        interval=0.05,
+    )
+    s.kubelet.crash(s.pod(4))
+    timeline.note(f"crash {s.pod(4)} right after its first acknowledgement")
+
+    time.sleep(5)
+    admin = AdminClient({"bootstrap.servers": s.bootstrap})  # kept: a dropped client fails its futures
+    admin.create_partitions([NewPartitions(s.topic, PARTITIONS_LATER)])[s.topic].result(timeout=60)
+    producer.grow(PARTITIONS_LATER)
+    timeline.note(f"partitions {PARTITIONS} -> {PARTITIONS_LATER}")
 
     time.sleep(8)
     pod = running_pod(s, [1, 0])
