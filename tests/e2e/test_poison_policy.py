@@ -33,6 +33,10 @@ def stopped_in_status(s: PolicyStack) -> list[str]:
     return [item for member in s.status().get("members") or [] for item in member.get("stopped") or []]
 
 
+def skipped_in_status(s: PolicyStack) -> int:
+    return sum((m.get("errors") or {}).get("skipped", 0) for m in s.status().get("members") or [])
+
+
 def test_a_poison_message_stops_one_partition_is_reported_and_a_policy_change_moves_past_it(
     new_stack: StackFactory,
 ) -> None:
@@ -67,6 +71,15 @@ def test_a_poison_message_stops_one_partition_is_reported_and_a_policy_change_mo
         report = s.wait_processed(before.acked + poison.acked + after.acked, timeout=240)
         wait_for("Degraded cleared", lambda: degraded(s).get("status") == "False", 120, explain=s.diagnostics)
         assert stopped_in_status(s) == []
+        wait_for(
+            "the skip counted in the status",
+            lambda: (
+                sum((m.get("errors") or {}).get("skipped", 0) for m in s.status().get("members") or []) == 1
+            ),
+            60,
+        )
+        reasons = {e.get("reason") for e in s.api.list("Event", s.namespace)}
+        assert {"PartitionsStopped", "MessagesSkipped"} <= reasons, reasons
         print(f"\n{report.summary()}; consumer processes {len(s.kubelet.history)}")
         assert len(s.kubelet.history) > processes, "the onError change rolled the pods"
         assert report.overlaps == []

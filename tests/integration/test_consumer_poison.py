@@ -163,3 +163,37 @@ def _first_record(reader: Consumer) -> Any:
     if message is None or message.error() is not None:
         return None
     return message
+
+
+def test_a_native_replica_stops_the_partition_too_and_keeps_its_others(
+    make_group: Callable[[int], Group],
+) -> None:
+    g = make_group(2)
+    identity = g.identity(0)
+    port = free_port()
+    env = {
+        **poison_env("stop"),
+        "GROUPOPS_DELIVERY": "native",
+        "GROUPOPS_STRATEGY": "range",
+        "GROUPOPS_TOPICS": g.topic,
+        # librdkafka wants max.poll.interval.ms >= session.timeout.ms; 6 s is the broker's minimum.
+        "GROUPOPS_KAFKA_PROPERTIES": '{"session.timeout.ms":"6000"}',
+        "GROUPOPS_AUTO_OFFSET_RESET": "earliest",
+        "GROUPOPS_METRICS_PORT": str(port),
+    }
+    g.consumer(identity, extra=env)
+    before = produce(g.bootstrap, g.topic, range(2), 10, "before")
+    g.wait_processed(before.acked, timeout=STARTUP_S)
+    poison = ProducedLog()
+    produce_poison(g.bootstrap, g.topic, 0, poison)
+    after = produce(g.bootstrap, g.topic, range(2), 10, "after")
+    g.wait_processed([m for m in after.acked if m[1] == 1], timeout=60)
+    wait_for(
+        "partition 0 reported stopped", lambda: metric(port, "groupops_consumer_partitions_stopped") == 1, 60
+    )
+    still_running(g, INTERVAL_S + 6)
+    poison_offset = poison.acked[0][2]
+    assert max(o for p, o in processed_offsets(g) if p == 0) == poison_offset - 1
+    lease = g.lease(identity)
+    note = lease["metadata"]["annotations"].get("groupops.dev/stopped")  # type: ignore[index]
+    assert note == f'[["{g.topic}",0,{poison_offset}]]', note

@@ -25,7 +25,7 @@ from groupops.consumer.errors import (
 from groupops.consumer.native import NativeRuntime
 from groupops.consumer.ownership import fencing_token, owns
 from groupops.consumer.processors import Processor, load_processor
-from groupops.consumer.runtime import PlanRuntime, ProcessingError
+from groupops.consumer.runtime import PlanRuntime
 from groupops.consumer.settings import Delivery, RuntimeSettings
 
 __all__ = [
@@ -36,7 +36,6 @@ __all__ = [
     "LeaseLostError",
     "NativeRuntime",
     "PlanRuntime",
-    "ProcessingError",
     "Processor",
     "RuntimeSettings",
     "fencing_token",

@@ -52,6 +52,7 @@ from groupops.model import MemberId, TopicPartition
 from groupops.planner.handoff import LeaseClock
 from groupops.planner.liveness import Heartbeat, HeartbeatStatus
 from groupops.planner.plan_format import (
+    LEASE_ERRORS_ANNOTATION,
     LEASE_FENCED_INCARNATION_ANNOTATION,
     LEASE_LIVENESS_ANNOTATION,
     LEASE_RELEASED_THROUGH_ANNOTATION,
@@ -140,11 +141,18 @@ class LeaseKeeper:
         partitions: tuple[TopicPartition, ...],
         state: LeaseState,
         stopped: Mapping[TopicPartition, int] | None = None,
+        errors: Mapping[str, int] | None = None,
     ) -> None:
         """What the next renewal writes. The floor is carried along, never dropped. `stopped`:
-        partitions stopped on a failing message (None: as reported before)."""
+        partitions stopped on a failing message; `errors`: the replica's error counts (None: as
+        reported before, for both)."""
         with self._lock:
             kept = self._record.stopped if stopped is None else tuple(sorted(stopped.items()))
+            counts = (
+                self._record.errors
+                if errors is None
+                else tuple(sorted((k, v) for k, v in errors.items() if v > 0))
+            )
             self._record = LeaseRecord(
                 acked_epoch=acked_epoch,
                 partitions=tuple(sorted(partitions)),
@@ -153,6 +161,7 @@ class LeaseKeeper:
                 incarnation=self.incarnation,
                 heartbeats=self._heartbeats is not None,
                 stopped=kept,
+                errors=counts,
             )
 
     def kick(self) -> None:
@@ -475,6 +484,7 @@ class LeaseKeeper:
             LEASE_LIVENESS_ANNOTATION,
             LEASE_FENCED_INCARNATION_ANNOTATION,  # our floor covers the fence: we read it first
             LEASE_STOPPED_ANNOTATION,
+            LEASE_ERRORS_ANNOTATION,
         ):
             annotations.pop(key, None)
         annotations.update(lease_record_annotations(record, self.identity))

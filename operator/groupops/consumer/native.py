@@ -45,8 +45,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaPartition
 
 from groupops.consumer.errors import ConsumerError, KafkaFailure, LeaseLostError
+from groupops.consumer.failures import call_with_retries
 from groupops.consumer.replica import Replica, kafka_config
-from groupops.consumer.runtime import ProcessingError
 from groupops.consumer.settings import NATIVE_STRATEGIES
 from groupops.kubeapi import KubeError
 from groupops.model import TopicPartition
@@ -134,22 +134,30 @@ class NativeRuntime(Replica):
                     self.skipped_revoked += 1
                     log.debug("skipped %s-%d@%d: revoked", tp.topic, tp.partition, message.offset())
                     continue
+                if tp in self._stopped:
+                    continue  # stopped on a message its callback keeps failing on (§9.2)
                 self._process(message, tp)
             if time.monotonic() - self._last_commit >= self.settings.commit_interval_s:
                 self._commit(None, asynchronous=True)
 
     def _process(self, message: Any, tp: TopicPartition) -> None:
         start = time.time()
-        try:
-            if self._processor.batch is not None:
-                self._processor.batch([message])
-            elif self._processor.one is not None:
-                self._processor.one(message)
-        except Exception as e:
-            raise ProcessingError(f"the processing callback raised {type(e).__name__}: {e}") from e
+        function: Any = self._processor.one
+        argument: Any = message
+        if self._processor.batch is not None:
+            function, argument = self._processor.batch, [message]
+        failure = call_with_retries(
+            function,
+            argument,
+            self.settings.on_error,
+            still_valid=lambda: not self._is_stuck(),
+            on_retry=self._retrying,
+        )
         end = time.time()
         if self._is_stuck():
             return  # judged stuck while the callback ran: its offset is not stored
+        if failure is not None and not self._failed([message], failure):
+            return  # its partition is stopped at this message
         self._progress[tp] = message.offset() + 1
         self.processed += 1
         self.metrics.processed(tp)
@@ -172,6 +180,9 @@ class NativeRuntime(Replica):
             self._on_commit(None, result)
 
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        # librdkafka keeps a pause flag across unassign/assign: a partition this process stopped
+        # before it was revoked must be fetched again now that it is assigned afresh.
+        consumer.resume(partitions)
         self._owned = self._owned | {TopicPartition(p.topic, p.partition) for p in partitions}
         self.metrics.owning(len(self._owned))
         self._report("assign", partitions)
@@ -187,6 +198,8 @@ class NativeRuntime(Replica):
         self._report("lost", partitions)
 
     def _forget(self, partitions: set[TopicPartition]) -> None:
+        if self._unstop(partitions) and self._keeper is not None:
+            self._report_stopped()
         self._owned = self._owned - partitions
         self.metrics.released(partitions)
         self.metrics.owning(len(self._owned))

@@ -3,8 +3,9 @@
 A callable taking one `confluent_kafka.Message` processes messages one by one; an object with a
 `process_batch(messages)` method processes a batch at a time. Either way the runtime stores a
 message's offset only after the callback returned (at-least-once), and only if the Lease was
-still valid then. A callback that raises stops the runtime (exit 1) without storing the offset:
-the message is processed again by whoever owns the partition next. A callback with side effects
+still valid then. A callback that raises is retried, then its partition is stopped, or the
+message skipped or dead-lettered (`spec.consumers.onError`, consumer/failures.py); the process
+never exits on it. A callback with side effects
 outside Kafka fences them with `groupops.consumer.owns` and `fencing_token` (consumer/ownership.py).
 
 Built-ins: `groupops.consumer.processors:noop` (the default) and `...:sleep_1ms`, a stand-in for

@@ -14,10 +14,11 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Set
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from typing import Any
 
-from groupops.consumer.brokerprobe import BrokerProbe
+from groupops.consumer.brokerprobe import BrokerProbe, kafka_partitions
+from groupops.consumer.failures import DeadLetterWriter, ErrorAction, Failure
 from groupops.consumer.journal import Journal, open_journal
 from groupops.consumer.kube import ReplicaKube
 from groupops.consumer.lease import LeaseKeeper
@@ -26,6 +27,7 @@ from groupops.consumer.processors import Processor
 from groupops.consumer.progress import EXIT_STUCK, ProgressWatchdog, Sample, Stuck
 from groupops.consumer.settings import RuntimeSettings
 from groupops.model import TopicPartition
+from groupops.planner.plan_format import LeaseState
 
 __all__ = ["Replica", "kafka_config", "surrender_when_stuck"]
 
@@ -105,6 +107,18 @@ class Replica:
         """Partitions stopped on a failing message (consumer/failures.py) -> its offset; only ever
         rebound, never mutated: the watchdog's thread reads it."""
         self._fatal: str | None = None
+        on_error = settings.on_error
+        self._dead_letters = (
+            DeadLetterWriter(
+                on_error.dead_letter_topic,
+                {**settings.kafka.properties, "bootstrap.servers": settings.kafka.bootstrap_servers},
+                settings.identity,
+            )
+            if on_error.action is ErrorAction.DEAD_LETTER and on_error.dead_letter_topic
+            else None
+        )
+        self._error_counts: dict[str, int] = {"skipped": 0, "deadLettered": 0, "uncommittedReleases": 0}
+        """Reported on the Lease (`groupops.dev/errors`) for the policy's status and Events."""
         self._last_commit = 0.0
         self.processed = 0
 
@@ -156,6 +170,123 @@ class Replica:
     def _stop_watchdog(self) -> None:
         if self._watchdog is not None and self._watchdog.stop() and self._probe is not None:
             self._probe.close()  # only once the watchdog's thread no longer samples through it
+
+    # -- a callback that keeps failing (consumer/failures.py, design §9.2) -------------------------
+
+    def _retrying(self, attempt: int, error: BaseException) -> None:
+        self.metrics.processing_error("retried")
+        log.warning(
+            "the processing callback raised %s: %s (attempt %d of %d; retrying)",
+            type(error).__name__,
+            error,
+            attempt,
+            self.settings.on_error.retries + 1,
+        )
+
+    def _failed(self, messages: Sequence[Any], failure: Failure) -> bool:
+        """Every retry failed: the action of `spec.consumers.onError` (consumer/failures.py).
+        True when the messages count as processed (skipped, dead-lettered); False when their
+        partitions were stopped."""
+        action = self.settings.on_error.action
+        first = messages[0]
+        where = f"{first.topic()}-{first.partition()}@{first.offset()}"
+        if action is ErrorAction.DEAD_LETTER:
+            assert self._dead_letters is not None
+            problem = self._dead_letters.write(messages, failure)
+            if problem is None:
+                self.metrics.processing_error("dead_lettered", len(messages))
+                log.error(
+                    "%s (%d messages) sent to dead-letter topic %s after %d attempts: %s",
+                    where,
+                    len(messages),
+                    self._dead_letters.topic,
+                    failure.attempts,
+                    failure.describe(),
+                )
+                self._journal_failure("dead-lettered", messages, failure)
+                self._count_error("deadLettered", len(messages))
+                return True
+            log.error("%s could not be dead-lettered (%s): stopping its partition", where, problem)
+        elif action is ErrorAction.SKIP:
+            self.metrics.processing_error("skipped", len(messages))
+            log.error(
+                "%s (%d messages) skipped after %d attempts: %s",
+                where,
+                len(messages),
+                failure.attempts,
+                failure.describe(),
+            )
+            self._journal_failure("skipped", messages, failure)
+            self._count_error("skipped", len(messages))
+            return True
+        self._stop_partitions(messages, failure)
+        return False
+
+    def _stop_partitions(self, messages: Sequence[Any], failure: Failure) -> None:
+        """Pause the partitions of `messages` at their first failing message: nothing after it is
+        processed or committed by this process; the other partitions go on."""
+        stopped = dict(self._stopped)
+        for message in messages:
+            tp = TopicPartition(message.topic(), message.partition())
+            if tp in self._owned and tp not in stopped:
+                stopped[tp] = message.offset()
+        fresh = {tp: offset for tp, offset in stopped.items() if tp not in self._stopped}
+        if not fresh:
+            return
+        self._consumer.pause(kafka_partitions(fresh))
+        self._stopped = stopped
+        self.metrics.processing_error("stopped", len(fresh))
+        self.metrics.partitions_stopped.set(len(stopped))
+        self._report_stopped()
+        for tp, offset in sorted(fresh.items()):
+            log.error(
+                "%s stopped at offset %d after %d attempts: %s. It stays stopped (and reported) until "
+                "it moves to another replica or this one restarts",
+                tp,
+                offset,
+                failure.attempts,
+                failure.describe(),
+            )
+            self._journal.event("stopped", time.time(), part=str(tp), offset=offset, why=failure.describe())
+
+    def _unstop(self, partitions: Iterable[TopicPartition]) -> bool:
+        """Forget stopped partitions that left this replica; True when there were any (the plan
+        runtime's next acknowledgement or fence report carries the new set)."""
+        leaving = set(partitions)
+        if not leaving & self._stopped.keys():
+            return False
+        self._stopped = {tp: o for tp, o in self._stopped.items() if tp not in leaving}
+        self.metrics.partitions_stopped.set(len(self._stopped))
+        return True
+
+    def _journal_failure(self, kind: str, messages: Sequence[Any], failure: Failure) -> None:
+        self._journal.event(
+            kind,
+            time.time(),
+            messages=[f"{m.topic()}-{m.partition()}@{m.offset()}" for m in messages],
+            why=failure.describe(),
+        )
+
+    def _count_error(self, kind: str, count: int = 1) -> None:
+        self._error_counts[kind] += count
+        self._report_stopped()
+
+    def _report_stopped(self) -> None:
+        """Tell the operator which partitions are stopped and what was counted (Lease notes,
+        written at once). The plan runtime adds its acknowledged epoch and owned set."""
+        assert self._keeper is not None
+        self._keeper.report(
+            acked_epoch=None,
+            partitions=(),
+            state=LeaseState.ACTIVE,
+            stopped=self._stopped,
+            errors=self._error_counts,
+        )
+        self._keeper.kick()
+
+    def _close_dead_letters(self) -> None:
+        if self._dead_letters is not None:
+            self._dead_letters.close()
 
     # -- Kafka's callbacks ----------------------------------------------------------------------
 

@@ -63,11 +63,10 @@ from confluent_kafka import TopicPartition as KafkaPartition
 from groupops.consumer import ownership
 from groupops.consumer.brokerprobe import kafka_partitions
 from groupops.consumer.errors import (
-    ConsumerError,
     KafkaFailure,
     LeaseLostError,
 )
-from groupops.consumer.failures import DeadLetterWriter, ErrorAction, Failure, call_with_retries
+from groupops.consumer.failures import call_with_retries
 from groupops.consumer.journal import Journal
 from groupops.consumer.kube import ReplicaKube
 from groupops.consumer.metrics import ConsumerMetrics
@@ -80,16 +79,12 @@ from groupops.kubeapi import KubeError
 from groupops.model import MemberId, TopicPartition
 from groupops.planner.plan_format import LeaseState, PublishedPlan
 
-__all__ = ["PlanRuntime", "ProcessingError"]
+__all__ = ["PlanRuntime"]
 
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.1
 _KAFKA_READ_TIMEOUT_S = 5.0
-
-
-class ProcessingError(ConsumerError):
-    """The user's callback raised; the message's offset was not stored."""
 
 
 class PlanRuntime(Replica):
@@ -111,15 +106,6 @@ class PlanRuntime(Replica):
         self._kube: ReplicaKube | None = None
         self._owned: set[TopicPartition] = set()
         self._committer: Committer | None = None
-        self._dead_letters = (
-            DeadLetterWriter(
-                settings.on_error.dead_letter_topic,
-                {**settings.kafka.properties, "bootstrap.servers": settings.kafka.bootstrap_servers},
-                settings.identity,
-            )
-            if settings.on_error.action is ErrorAction.DEAD_LETTER and settings.on_error.dead_letter_topic
-            else None
-        )
         self._group_started_ms = settings.group_started_ms or int(time.time() * 1000)
         self._active = False
         self._applied: int | None = None
@@ -250,8 +236,7 @@ class PlanRuntime(Replica):
                 keeper.release(through=max(newest, self._applied or 0), acked_epoch=self._applied)
             if watcher is not None:
                 watcher.stop()
-            if self._dead_letters is not None:
-                self._dead_letters.close()
+            self._close_dead_letters()
             if self._consumer is not None:
                 self._consumer.close()
                 self._consumer = None
@@ -299,6 +284,7 @@ class PlanRuntime(Replica):
             partitions=tuple(mine),
             state=LeaseState.ACTIVE,
             stopped=self._stopped,
+            errors=self._error_counts,
         )
         self._keeper.kick()
         self.metrics.plan_applied(published.epoch, owned=len(mine))
@@ -366,6 +352,7 @@ class PlanRuntime(Replica):
             self._journal.event(
                 "release-uncommitted", time.time(), parts=_names(outcome.uncommitted), why=outcome.reason
             )
+            self._error_counts["uncommittedReleases"] += 1  # reported with this epoch's acknowledgement
         self._consumer.incremental_unassign(partitions)
         for tp in leaving:
             self._progress.pop(tp, None)
@@ -437,95 +424,10 @@ class PlanRuntime(Replica):
         if not self._still_valid():
             self._fence("the Lease expired while processing: result not accepted")
             return False
-        if failure is None:
+        if failure is None or self._failed(messages, failure):
             for message in messages:
                 self._accept(message, start, end)
-        else:
-            self._failed(messages, failure, start, end)
         return True
-
-    def _retrying(self, attempt: int, error: BaseException) -> None:
-        self.metrics.processing_error("retried")
-        log.warning(
-            "the processing callback raised %s: %s (attempt %d of %d; retrying)",
-            type(error).__name__,
-            error,
-            attempt,
-            self.settings.on_error.retries + 1,
-        )
-
-    def _failed(self, messages: Sequence[Any], failure: Failure, start: float, end: float) -> None:
-        """Every retry failed: the action of `spec.consumers.onError` (consumer/failures.py)."""
-        action = self.settings.on_error.action
-        first = messages[0]
-        where = f"{first.topic()}-{first.partition()}@{first.offset()}"
-        if action is ErrorAction.DEAD_LETTER:
-            assert self._dead_letters is not None
-            problem = self._dead_letters.write(messages, failure)
-            if problem is None:
-                self.metrics.processing_error("dead_lettered", len(messages))
-                log.error(
-                    "%s (%d messages) sent to dead-letter topic %s after %d attempts: %s",
-                    where,
-                    len(messages),
-                    self._dead_letters.topic,
-                    failure.attempts,
-                    failure.describe(),
-                )
-                self._journal_failure("dead-lettered", messages, failure)
-                for message in messages:
-                    self._accept(message, start, end)
-                return
-            log.error("%s could not be dead-lettered (%s): stopping its partition", where, problem)
-        elif action is ErrorAction.SKIP:
-            self.metrics.processing_error("skipped", len(messages))
-            log.error(
-                "%s (%d messages) skipped after %d attempts: %s",
-                where,
-                len(messages),
-                failure.attempts,
-                failure.describe(),
-            )
-            self._journal_failure("skipped", messages, failure)
-            for message in messages:
-                self._accept(message, start, end)
-            return
-        self._stop_partitions(messages, failure)
-
-    def _stop_partitions(self, messages: Sequence[Any], failure: Failure) -> None:
-        """Pause the partitions of `messages` at their first failing message: nothing after it is
-        processed or committed by this process; the other partitions go on."""
-        stopped = dict(self._stopped)
-        for message in messages:
-            tp = TopicPartition(message.topic(), message.partition())
-            if tp in self._owned and tp not in stopped:
-                stopped[tp] = message.offset()
-        fresh = {tp: offset for tp, offset in stopped.items() if tp not in self._stopped}
-        if not fresh:
-            return
-        self._consumer.pause(kafka_partitions(fresh))
-        self._stopped = stopped
-        self.metrics.processing_error("stopped", len(fresh))
-        self.metrics.partitions_stopped.set(len(stopped))
-        self._report_stopped()
-        for tp, offset in sorted(fresh.items()):
-            log.error(
-                "%s stopped at offset %d after %d attempts: %s. It stays stopped (and reported) until "
-                "it moves to another replica or this one restarts",
-                tp,
-                offset,
-                failure.attempts,
-                failure.describe(),
-            )
-            self._journal.event("stopped", time.time(), part=str(tp), offset=offset, why=failure.describe())
-
-    def _unstop(self, partitions: Iterable[TopicPartition]) -> None:
-        """Forget stopped partitions that left this replica (the next acknowledgement or fence
-        report carries the new set)."""
-        leaving = set(partitions)
-        if leaving & self._stopped.keys():
-            self._stopped = {tp: o for tp, o in self._stopped.items() if tp not in leaving}
-            self.metrics.partitions_stopped.set(len(self._stopped))
 
     def _report_stopped(self) -> None:
         """Tell the operator (Lease note, written at once) which partitions are stopped."""
@@ -535,16 +437,9 @@ class PlanRuntime(Replica):
             partitions=tuple(self._owned),
             state=LeaseState.ACTIVE,
             stopped=self._stopped,
+            errors=self._error_counts,
         )
         self._keeper.kick()
-
-    def _journal_failure(self, kind: str, messages: Sequence[Any], failure: Failure) -> None:
-        self._journal.event(
-            kind,
-            time.time(),
-            messages=[f"{m.topic()}-{m.partition()}@{m.offset()}" for m in messages],
-            why=failure.describe(),
-        )
 
     def _accept(self, message: Any, start: float, end: float) -> None:
         tp = TopicPartition(message.topic(), message.partition())

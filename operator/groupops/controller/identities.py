@@ -32,7 +32,7 @@ from typing import Any
 from groupops.controller.names import LABEL_ORDINAL, LABEL_TEMPLATE_HASH
 from groupops.model import MemberId, TopicPartition
 from groupops.planner.handoff import LeaseClock
-from groupops.planner.plan_format import lease_record
+from groupops.planner.plan_format import LeaseRecord, lease_record
 from groupops.planner.target import Identity, default_priority
 from groupops.planner.wire import LeaseNote, PlanFormatError, decode_lease_note, identity_name
 
@@ -58,6 +58,8 @@ class LeaseState:
     """Seconds since this operator saw the Lease change (0 for a missing Lease)."""
     stopped: tuple[tuple[TopicPartition, int], ...] = ()
     """Partitions its replica stopped on a failing message, with that offset (design §9.2)."""
+    errors: tuple[tuple[str, int], ...] = ()
+    """Its replica's counts of skipped, dead-lettered messages and uncommitted releases."""
 
     @property
     def never_taken(self) -> bool:
@@ -160,15 +162,16 @@ def lease_state(
         live=held and silent <= seconds,
         note=note,
         silent_for=silent,
-        stopped=_stopped(meta.get("annotations")) if held else (),
+        stopped=_notes(meta.get("annotations")).stopped if held else (),
+        errors=_notes(meta.get("annotations")).errors,
     )
 
 
-def _stopped(annotations: Mapping[str, str] | None) -> tuple[tuple[TopicPartition, int], ...]:
+def _notes(annotations: Mapping[str, str] | None) -> LeaseRecord:
     try:
-        return lease_record(annotations).stopped
+        return lease_record(annotations)
     except PlanFormatError:
-        return ()
+        return LeaseRecord()
 
 
 def identity_view(

@@ -44,6 +44,9 @@ def write_status(
     lag_of = {tp: snapshot.lags[tp.topic][tp.partition] for tp in all_partitions(snapshot)}
     shown = decision.shown
     members = []
+    previous_errors = {
+        str(m.get("instanceId")): dict(m.get("errors") or {}) for m in run.status.get("members") or []
+    }
     stopped: list[str] = []
     lag_by_identity: dict[str, int] = {}
     priorities = {identity.name: identity.priority for identity in view.members}
@@ -64,6 +67,9 @@ def write_status(
         if zone:
             entry["zone"] = zone
         lease = view.leases.get(identity)
+        if lease is not None and lease.errors:
+            entry["errors"] = dict(lease.errors)
+            _announce_errors(run, identity, dict(lease.errors), previous_errors.get(identity, {}))
         if lease is not None and lease.live and lease.stopped:
             entry["stopped"] = [f"{tp}@{offset}" for tp, offset in lease.stopped]
             stopped.extend(f"{tp}@{offset} on {identity}" for tp, offset in lease.stopped)
@@ -130,6 +136,34 @@ def write_status(
         metrics.broker_matches.labels(run.policy.namespace, run.policy.name).set(int(broker.matches))
     announce_transitions(run, merged)
     return patch_status(run, desired)
+
+
+_ERROR_EVENTS = {
+    "uncommittedReleases": (
+        "ReleaseUncommitted",
+        "released partitions without committing (the next owner processes their last messages again)",
+    ),
+    "deadLettered": (
+        "MessagesDeadLettered",
+        "wrote messages its callback kept failing on to the dead-letter topic",
+    ),
+    "skipped": ("MessagesSkipped", "skipped messages its callback kept failing on"),
+}
+
+
+def _announce_errors(
+    run: RunContext, identity: str, now: Mapping[str, int], before: Mapping[str, Any]
+) -> None:
+    """A Warning Event when a replica's count grew since the status last showed it."""
+    for kind, (reason, what) in _ERROR_EVENTS.items():
+        was = int(before.get(kind, 0) or 0)
+        grown = now.get(kind, 0) - (was if now.get(kind, 0) >= was else 0)  # a restart counts from 0
+        if grown > 0:
+            run.event(
+                "Warning",
+                reason,
+                f"{identity} {what}: {grown} more ({now[kind]} since it started); see its log",
+            )
 
 
 def _with_stopped(degraded: tuple[str, str] | None, stopped: list[str]) -> tuple[str, str] | None:

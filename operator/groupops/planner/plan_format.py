@@ -69,6 +69,7 @@ from groupops.planner.wire import (
 __all__ = [
     "BARRIER_ANNOTATION",
     "HEARTBEAT_LIVENESS",
+    "LEASE_ERRORS_ANNOTATION",
     "LEASE_FENCED_INCARNATION_ANNOTATION",
     "LEASE_IDENTITY_ANNOTATION",
     "LEASE_INCARNATION_ANNOTATION",
@@ -104,6 +105,9 @@ LEASE_INCARNATION_ANNOTATION = "groupops.dev/incarnation"
 LEASE_IDENTITY_ANNOTATION = "groupops.dev/identity"
 LEASE_LIVENESS_ANNOTATION = "groupops.dev/liveness"
 LEASE_FENCED_INCARNATION_ANNOTATION = "groupops.dev/fenced-incarnation"
+LEASE_ERRORS_ANNOTATION = "groupops.dev/errors"
+"""What the replica counted since it started (design §9.2, §9.1): JSON {"skipped": n,
+"deadLettered": n, "uncommittedReleases": n}, zero counts left out; absent when all are zero."""
 LEASE_STOPPED_ANNOTATION = "groupops.dev/stopped"
 """Partitions the replica stopped on a message its callback keeps failing on (design §9.2):
 JSON `[[topic, partition, offset], ...]`; absent when none."""
@@ -250,6 +254,8 @@ class LeaseRecord:
     fenced_incarnation: str | None = None
     stopped: tuple[tuple[TopicPartition, int], ...] = ()
     """Partitions stopped on a failing message, each with that message's offset."""
+    errors: tuple[tuple[str, int], ...] = ()
+    """The replica's counts of skipped and dead-lettered messages and uncommitted releases."""
 
 
 def lease_record_annotations(record: LeaseRecord, identity: str) -> dict[str, str]:
@@ -267,6 +273,8 @@ def lease_record_annotations(record: LeaseRecord, identity: str) -> dict[str, st
         annotations[LEASE_INCARNATION_ANNOTATION] = record.incarnation
     if record.heartbeats:
         annotations[LEASE_LIVENESS_ANNOTATION] = HEARTBEAT_LIVENESS
+    if record.errors:
+        annotations[LEASE_ERRORS_ANNOTATION] = json.dumps(dict(record.errors), separators=(",", ":"))
     if record.stopped:
         annotations[LEASE_STOPPED_ANNOTATION] = json.dumps(
             [[tp.topic, tp.partition, offset] for tp, offset in sorted(record.stopped)], separators=(",", ":")
@@ -293,6 +301,22 @@ def lease_record(annotations: Mapping[str, str] | None) -> LeaseRecord:
         heartbeats=notes.get(LEASE_LIVENESS_ANNOTATION) == HEARTBEAT_LIVENESS,
         fenced_incarnation=notes.get(LEASE_FENCED_INCARNATION_ANNOTATION),
         stopped=_stopped(notes.get(LEASE_STOPPED_ANNOTATION)),
+        errors=_errors(notes.get(LEASE_ERRORS_ANNOTATION)),
+    )
+
+
+def _errors(text: str | None) -> tuple[tuple[str, int], ...]:
+    """The errors note; malformed reads as none (a report, never used for safety)."""
+    try:
+        raw = json.loads(text) if text else {}
+    except json.JSONDecodeError:
+        return ()
+    if not isinstance(raw, dict):
+        return ()
+    return tuple(
+        sorted(
+            (str(k), v) for k, v in raw.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0
+        )
     )
 
 

@@ -120,6 +120,9 @@ def test_a_malformed_plan_names_the_key(data: dict[str, str], annotations: dict[
         stopped=st.dictionaries(partitions, st.integers(0, 10**12), max_size=5).map(
             lambda stopped: tuple(sorted(stopped.items()))
         ),
+        errors=st.dictionaries(
+            st.sampled_from(["skipped", "deadLettered", "uncommittedReleases"]), st.integers(1, 10**9)
+        ).map(lambda counts: tuple(sorted(counts.items()))),
     )
 )
 def test_a_lease_record_reads_back_the_same(record: LeaseRecord) -> None:
