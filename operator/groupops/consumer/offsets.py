@@ -256,7 +256,7 @@ class Committer:
         self._accepted(None, result, starts_only=True)
 
     def commit_async(self) -> None:
-        pending = self._sendable(self.pending(None))
+        pending, _ = self._sendable(self.pending(None))  # unknown ones: at the next interval
         if not pending or not self._still_valid():
             return
         try:
@@ -267,7 +267,8 @@ class Committer:
 
     def commit_release(self, partitions: Iterable[TopicPartition], *, budget_s: float) -> ReleaseOutcome:
         """Commit what was processed of `partitions` synchronously, retrying with backoff until it
-        succeeds, the Lease is no longer valid, or `budget_s` is spent."""
+        succeeds, the Lease is no longer valid, or `budget_s` is spent. A guard read that fails
+        (the coordinator is away) is a failed attempt too, retried the same way."""
         deadline = self._clock() + budget_s
         backoff = _BACKOFF_FIRST_S
         pending = self.pending(partitions)
@@ -277,37 +278,44 @@ class Committer:
             if not self._still_valid():
                 reason = "the Lease is no longer valid"
                 break
-            pending = self._sendable(pending)
+            sendable, unknown = self._sendable(pending)
+            pending = {tp: offset for tp, offset in pending.items() if tp in sendable or tp in unknown}
             if not pending:
-                break
+                break  # the group already holds offsets at or above ours: nothing to commit
             attempts += 1
-            try:
-                result = self._send(pending, asynchronous=False)
-            except KafkaException as e:
-                self._metrics.commit_failed()
-                if _topic_gone(e.args[0] if e.args else None):
-                    log.info(
-                        "not committing %d released partitions: their topic no longer exists", len(pending)
-                    )
-                    pending = {}
-                    break
-                reason = str(e)
-                log.warning("release commit attempt %d failed: %s", attempts, e)
-            else:
-                self._accepted(None, result)
-                gone = {TopicPartition(p.topic, p.partition) for p in result if _topic_gone(p.error)}
-                pending = {
-                    tp: offset
-                    for tp, offset in pending.items()
-                    if self.committed.get(tp) != offset and tp not in gone
-                }
-                if pending:
-                    reason = "the broker refused some partitions"
+            if unknown:
+                reason = "the group's committed offsets could not be read (coordinator unavailable)"
+                log.warning("release commit attempt %d: %s", attempts, reason)
+            gone: set[TopicPartition] = set()
+            if sendable:
+                try:
+                    result = self._send(sendable, asynchronous=False)
+                except KafkaException as e:
+                    self._metrics.commit_failed()
+                    if _topic_gone(e.args[0] if e.args else None):
+                        log.info(
+                            "not committing %d released partitions: their topic no longer exists",
+                            len(sendable),
+                        )
+                        gone = set(sendable)
+                    else:
+                        reason = str(e)
+                        log.warning("release commit attempt %d failed: %s", attempts, e)
+                else:
+                    self._accepted(None, result)
+                    gone = {TopicPartition(p.topic, p.partition) for p in result if _topic_gone(p.error)}
+                    if any(p.error is not None and not _topic_gone(p.error) for p in result):
+                        reason = "the broker refused some partitions"
+            pending = {
+                tp: offset
+                for tp, offset in pending.items()
+                if self.committed.get(tp) != offset and tp not in gone
+            }
             if not pending or self._clock() + backoff > deadline:
                 break
             time.sleep(backoff)
             backoff = min(_BACKOFF_MAX_S, backoff * 2)
-        uncommitted = tuple(sorted(tp for tp in pending if self.committed.get(tp) != pending[tp]))
+        uncommitted = tuple(sorted(pending))
         if uncommitted and not reason:
             reason = f"the release budget of {budget_s:g} s ran out"
         return ReleaseOutcome(
@@ -381,30 +389,36 @@ class Committer:
 
     # -- the late-commit guard ------------------------------------------------------------------
 
-    def _sendable(self, pending: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
-        """`pending` without the partitions whose commit would put the group's offset below what
-        it holds now (the guard, for recently assigned partitions only)."""
+    def _sendable(
+        self, pending: dict[TopicPartition, int]
+    ) -> tuple[dict[TopicPartition, int], set[TopicPartition]]:
+        """Split `pending` by the guard (recently assigned partitions only): what may be committed
+        now, and the partitions whose group offset could not be read (the coordinator is away:
+        try again later). Partitions whose commit would put the group's offset below what it
+        holds are in neither: there is nothing of theirs to commit."""
         now = self._clock()
         guarded = [tp for tp in pending if self._guarded_until.get(tp, 0.0) > now]
         if not guarded:
-            return pending
+            return pending, set()
+        unknown = set(guarded)
         try:
             answer = self._consumer.committed(kafka_partitions(guarded), timeout=self._timeout_s)
         except KafkaException as e:
             log.warning(
-                "not committing %d recently assigned partitions: the group's offsets are unknown (%s)",
-                len(guarded),
-                e,
+                "the group's offsets of %d recently assigned partitions are unknown (%s)", len(guarded), e
             )
-            skipped = set(guarded)
-            return {tp: offset for tp, offset in pending.items() if tp not in skipped}
+            answer = []
         for partition in answer:
-            if partition.error is None and partition.offset >= 0:
-                tp = TopicPartition(partition.topic, partition.partition)
-                self._group_floor[tp] = max(self._group_floor.get(tp, -1), partition.offset)
+            tp = TopicPartition(partition.topic, partition.partition)
+            if partition.error is None:
+                unknown.discard(tp)
+                if partition.offset >= 0:
+                    self._group_floor[tp] = max(self._group_floor.get(tp, -1), partition.offset)
         sendable: dict[TopicPartition, int] = {}
         for tp, offset in pending.items():
             floor = self._group_floor.get(tp, -1)
+            if tp in unknown:
+                continue
             if offset >= floor:
                 sendable[tp] = offset
             elif self._behind.get(tp) != floor:
@@ -417,7 +431,7 @@ class Committer:
                     offset,
                 )
                 self._journal.event("behind-group", time.time(), part=str(tp), group=floor, mine=offset)
-        return sendable
+        return sendable, unknown
 
     def _accepted(self, error: Any, partitions: list[Any], *, starts_only: bool = False) -> None:
         if error is not None or any(partition.error is not None for partition in partitions):
