@@ -12,7 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions
+from confluent_kafka import TopicPartition as KafkaPartition
+from confluent_kafka.admin import AdminClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from groupops.consumer.audit import load_journals
@@ -197,3 +199,29 @@ def test_a_native_replica_stops_the_partition_too_and_keeps_its_others(
     lease = g.lease(identity)
     note = lease["metadata"]["annotations"].get("groupops.dev/stopped")  # type: ignore[index]
     assert note == f'[["{g.topic}",0,{poison_offset}]]', note
+
+
+def test_moving_the_offset_of_a_stopped_partition_past_the_message_lets_it_go_on(
+    make_group: Callable[[int], Group],
+) -> None:
+    """What a person does about a stopped partition without a new release: Kafka's own tool
+    (`kafka-consumer-groups --reset-offsets --shift-by 1 --execute`) moves the group's offset past
+    the message; the replica notices the foreign commit, consumes from there and reports the
+    partition no longer stopped."""
+    g = make_group(2)
+    before, poison, after, port = start_with_poison(g, poison_env("stop"))
+    wait_for("partition 0 stopped", lambda: metric(port, "groupops_consumer_partitions_stopped") == 1, 60)
+    poison_offset = poison.acked[0][2]
+    wait_for("the commit at the poison message", lambda: group_offsets(g).get(0) == poison_offset, 30)
+
+    admin = AdminClient({"bootstrap.servers": g.bootstrap})
+    request = ConsumerGroupTopicPartitions(g.group_id, [KafkaPartition(g.topic, 0, poison_offset + 1)])
+    for future in admin.alter_consumer_group_offsets([request]).values():
+        future.result(timeout=30)
+
+    past = [m for m in after.acked if m[1] == 0]
+    g.wait_processed(before.acked + past, timeout=60)
+    wait_for("no partition stopped", lambda: metric(port, "groupops_consumer_partitions_stopped") == 0, 30)
+    lease = g.lease(g.identity(0))
+    assert "groupops.dev/stopped" not in lease["metadata"]["annotations"]  # type: ignore[index]
+    assert (0, poison_offset) not in processed_offsets(g), "the poison message was skipped, not processed"

@@ -488,7 +488,8 @@ class PlanRuntime(Replica):
 
     def _adopt_foreign(self, tp: TopicPartition, offset: int) -> None:
         """The group's offset of an owned partition was set by someone else (a reset with Kafka's
-        tool, a previous owner's late commit): consume from there, never overwrite it."""
+        tool, a previous owner's late commit): consume from there, never overwrite it. A partition
+        stopped on a failing message goes on too: moving its offset is how a person skips it."""
         assert self._committer is not None
         mine = self._progress.get(tp)
         log.warning(
@@ -503,10 +504,12 @@ class PlanRuntime(Replica):
         self._consumer.incremental_unassign([KafkaPartition(tp.topic, tp.partition)])
         moved = [KafkaPartition(tp.topic, tp.partition, offset)]
         self._consumer.incremental_assign(moved)
-        if tp not in self._stopped:
-            self._consumer.resume(moved)
+        self._consumer.resume(moved)
         self._progress[tp] = offset
         self._committer.adopt(tp, offset)
+        if self._unstop([tp]):
+            log.warning("%s: no longer stopped (its offset was moved from outside)", tp)
+            self._report_stopped()
 
     def _record_lag(self) -> None:
         """Lag of every owned partition from what the client already holds: the high watermark
