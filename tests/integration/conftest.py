@@ -35,20 +35,27 @@ def namespace(kube_config: str, unique_name: object) -> Iterator[str]:
 @pytest.fixture
 def make_group(
     kafka_bootstrap: str, kube_config: str, unique_name: Callable[[str], str], tmp_path: Path
-) -> Iterator[Callable[[int], Group]]:
+) -> Iterator[Callable[..., Group]]:
     """`make(n)`: a Group of its own (namespace, topic with n partitions, group id); every one
-    made is closed (driver, consumers, proxies) at the end of the test."""
+    made is closed (driver, consumers, proxies) at the end of the test. `bootstrap` and
+    `new_topic(bootstrap, topic, partitions)`: another cluster, another way to create the topic."""
     api = KubeApi(kube_config)
     groups: list[Group] = []
 
-    def make(partitions: int) -> Group:
+    def make(
+        partitions: int,
+        *,
+        bootstrap: str | None = None,
+        new_topic: Callable[[str, str, int], None] = create_topic,
+    ) -> Group:
+        bootstrap = bootstrap or kafka_bootstrap
         namespace = unique_name("group")
         create_namespace(api, namespace)
         topic = unique_name("orders")
-        create_topic(kafka_bootstrap, topic, partitions)
+        new_topic(bootstrap, topic, partitions)
         g = Group(
             api=api,
-            bootstrap=kafka_bootstrap,
+            bootstrap=bootstrap,
             namespace=namespace,
             topic=topic,
             partitions=partitions,

@@ -26,7 +26,7 @@ import socket
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -38,9 +38,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from groupops.consumer.audit import load_journals
 from groupops.devstack import KafkaCluster, KafkaSettings
-from tests.e2e.kube_api import KubeApi
 from tests.e2e.plan_driver import engine_target
-from tests.e2e.runtime_support import SteadyProducer, create_namespace
+from tests.e2e.runtime_support import SteadyProducer
 from tests.e2e.waiting import wait_for
 from tests.integration.test_consumer_runtime import STARTUP_S, Group, owned_in_plan
 
@@ -238,30 +237,9 @@ def cluster(kafka_cluster_factory: Callable[[KafkaSettings], KafkaCluster]) -> K
 
 
 @pytest.fixture
-def replicated_group(
-    cluster: KafkaCluster, kube_config: str, unique_name: Callable[[str], str], tmp_path: Path
-) -> Iterator[Group]:
-    """A Group (as `make_group` builds it) on this test's own cluster, its topic replicated."""
-    api = KubeApi(kube_config)
-    namespace = unique_name("coordinator")
-    create_namespace(api, namespace)
-    topic = unique_name("orders")
-    create_replicated_topic(cluster.bootstrap, topic, PARTITIONS)
-    g = Group(
-        api=api,
-        bootstrap=cluster.bootstrap,
-        namespace=namespace,
-        topic=topic,
-        partitions=PARTITIONS,
-        group_id=unique_name("processor"),
-        workdir=tmp_path,
-        kubeconfig=kube_config,
-    )
-    try:
-        yield g
-    finally:
-        g.close()
-        api.close()
+def replicated_group(cluster: KafkaCluster, make_group: Callable[..., Group]) -> Group:
+    """A Group on this test's own cluster, its topic replicated."""
+    return make_group(PARTITIONS, bootstrap=cluster.bootstrap, new_topic=create_replicated_topic)
 
 
 def test_a_release_during_a_coordinator_move_loses_nothing_and_never_moves_offsets_backwards(

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from datetime import datetime
 from typing import Annotated, Any
 
 import typer
@@ -29,6 +28,7 @@ from groupops.commands.errors import RUNTIME_FAILURE, fail
 from groupops.controller.names import ANNOTATION_RESET_OFFSETS, API_GROUP, API_VERSION, KIND
 from groupops.controller.offset_reset import FINAL_STATES, ResetRequestError, read_request
 from groupops.kubeapi import KubeClient, KubeError, NotFound
+from groupops.planner.plan_format import parse_rfc3339_ms
 
 __all__ = ["register"]
 
@@ -136,12 +136,9 @@ def _request(  # noqa: PLR0917
 
 def _millis(text: str) -> int:
     try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        fail(f"--to-datetime: expected an RFC 3339 time such as 2026-11-25T09:00:00Z, got {text!r}")
-    if moment.tzinfo is None:
-        fail(f"--to-datetime: the time needs a zone (Z or +hh:mm), got {text!r}")
-    return int(moment.timestamp() * 1000)
+        return parse_rfc3339_ms(text)
+    except ValueError as e:
+        fail(f"--to-datetime: {e}")
 
 
 def _topics(values: list[str]) -> dict[str, list[int] | None]:

@@ -26,26 +26,18 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from confluent_kafka import KafkaException, Producer
 
 from groupops.consumer.errors import ConsumerConfigError
+from groupops.planner.onerror import BACKOFF_MAX_S, MAX_RETRIES, ErrorAction, backoff_s, total_backoff_s
 
 __all__ = ["DeadLetterWriter", "ErrorAction", "ErrorSettings", "Failure", "call_with_retries"]
 
 log = logging.getLogger(__name__)
 
-_BACKOFF_MAX_S = 30.0
 _DEAD_LETTER_TIMEOUT_S = 30.0
-MAX_RETRIES = 100
-
-
-class ErrorAction(StrEnum):
-    STOP = "stop"
-    SKIP = "skip"
-    DEAD_LETTER = "deadLetter"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,9 +55,9 @@ class ErrorSettings:
             raise ConsumerConfigError(
                 "GROUPOPS_ON_ERROR_RETRIES", f"expected 0 to {MAX_RETRIES}, got {self.retries}"
             )
-        if not 0 <= self.backoff_s <= _BACKOFF_MAX_S:
+        if not 0 <= self.backoff_s <= BACKOFF_MAX_S:
             raise ConsumerConfigError(
-                "GROUPOPS_ON_ERROR_BACKOFF_SECONDS", f"expected 0 to {_BACKOFF_MAX_S:g}, got {self.backoff_s}"
+                "GROUPOPS_ON_ERROR_BACKOFF_SECONDS", f"expected 0 to {BACKOFF_MAX_S:g}, got {self.backoff_s}"
             )
         if self.action is ErrorAction.DEAD_LETTER and not self.dead_letter_topic:
             raise ConsumerConfigError(
@@ -74,11 +66,11 @@ class ErrorSettings:
 
     def backoff(self, retry: int) -> float:
         """The wait before retry number `retry` (1-based)."""
-        return min(_BACKOFF_MAX_S, self.backoff_s * float(2 ** (retry - 1)))
+        return backoff_s(self.backoff_s, retry)
 
     @property
     def total_backoff_s(self) -> float:
-        return sum(self.backoff(retry) for retry in range(1, self.retries + 1))
+        return total_backoff_s(self.backoff_s, self.retries)
 
 
 @dataclass(frozen=True, slots=True)

@@ -462,6 +462,14 @@ class PlanRuntime(Replica):
             log.warning("Kafka: %s", error)
         return False
 
+    def _reposition(self, tp: TopicPartition, offset: int) -> None:
+        """Fetch an owned partition from `offset` (a logical one too) from now on; anything already
+        fetched from it is dropped with the unassignment."""
+        self._consumer.incremental_unassign([KafkaPartition(tp.topic, tp.partition)])
+        moved = [KafkaPartition(tp.topic, tp.partition, offset)]
+        self._consumer.incremental_assign(moved)
+        self._consumer.resume(moved)
+
     def _restart_at_oldest(self, tp: TopicPartition, error: Any) -> None:
         """The partition's position is not in the log any more (retention deleted it, the topic
         was recreated), or it never had one: go on from its oldest message, as Kafka's consumer
@@ -471,10 +479,7 @@ class PlanRuntime(Replica):
         self.metrics.offset_reset()
         self._journal.event("offset-reset", time.time(), part=str(tp), why=error.str())
         log.warning("%s: no usable position (%s); consuming from its oldest message", tp, error.str())
-        self._consumer.incremental_unassign([KafkaPartition(tp.topic, tp.partition)])
-        oldest = [KafkaPartition(tp.topic, tp.partition, OFFSET_BEGINNING)]
-        self._consumer.incremental_assign(oldest)
-        self._consumer.resume(oldest)
+        self._reposition(tp, OFFSET_BEGINNING)
 
     # -- commits ------------------------------------------------------------------------------------
 
@@ -501,10 +506,7 @@ class PlanRuntime(Replica):
         )
         self.metrics.foreign_commit()
         self._journal.event("foreign-commit", time.time(), part=str(tp), group=offset, mine=mine)
-        self._consumer.incremental_unassign([KafkaPartition(tp.topic, tp.partition)])
-        moved = [KafkaPartition(tp.topic, tp.partition, offset)]
-        self._consumer.incremental_assign(moved)
-        self._consumer.resume(moved)
+        self._reposition(tp, offset)
         self._progress[tp] = offset
         self._committer.adopt(tp, offset)
         if self._unstop([tp]):

@@ -43,7 +43,6 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 
@@ -51,6 +50,7 @@ from groupops.consumer.errors import ConsumerConfigError
 from groupops.consumer.failures import ErrorAction, ErrorSettings
 from groupops.planner.handoff import DEFAULT_LEASE_DURATION_S
 from groupops.planner.liveness import parse_addresses
+from groupops.planner.plan_format import parse_rfc3339_ms
 from groupops.planner.wire import lease_name, plan_configmap_name
 
 __all__ = [
@@ -378,14 +378,9 @@ def _timestamp_ms(env: Mapping[str, str], name: str) -> int | None:
     except ValueError:
         pass
     try:
-        moment = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        raise ConsumerConfigError(
-            name, f"expected an RFC 3339 time (2026-11-25T09:00:00Z) or Unix seconds, got {raw!r}"
-        ) from None
-    if moment.tzinfo is None:
-        raise ConsumerConfigError(name, f"the time needs a zone (Z or +hh:mm), got {raw!r}")
-    return int(moment.timestamp() * 1000)
+        return parse_rfc3339_ms(raw)
+    except ValueError as e:
+        raise ConsumerConfigError(name, f"{e} (or Unix seconds)") from None
 
 
 def _kafka_properties(env: Mapping[str, str]) -> dict[str, str]:

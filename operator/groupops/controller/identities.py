@@ -154,6 +154,7 @@ def lease_state(
         note = decode_lease_note(meta.get("annotations") or {})
     except PlanFormatError:
         note = LeaseNote(epoch=None, partitions=())
+    notes = _notes(meta.get("annotations"))
     silent_for = clock.unchanged_for(MemberId(str(meta.get("name"))), now)
     silent = now - changed_at if silent_for is None else silent_for
     return LeaseState(
@@ -162,8 +163,8 @@ def lease_state(
         live=held and silent <= seconds,
         note=note,
         silent_for=silent,
-        stopped=_notes(meta.get("annotations")).stopped if held else (),
-        errors=_notes(meta.get("annotations")).errors,
+        stopped=notes.stopped if held else (),
+        errors=notes.errors,
     )
 
 

@@ -313,14 +313,8 @@ class _OffsetReset:
     def _finish(self, partitions: list[TopicPartition], *, execute: bool) -> None:
         request, run, spec = self._request, self._run, self._spec
         assert request is not None
-        context = SourceContext(
-            bootstrap_servers=spec.kafka.bootstrap_servers,
-            client_config={**spec.kafka.properties, **self._client_config},
-            auto_offset_reset=spec.strategy.auto_offset_reset,
-            timeout_seconds=run.deps.settings.reconcile.lag_timeout_seconds,
-        )
         try:
-            source = kafka_lag.from_spec({}, context)
+            source = kafka_lag.from_spec({}, _source_context(run, spec, self._client_config))
             try:
                 rows = read_reset(source, spec.group_id, partitions, request.target)
                 if execute:
@@ -398,13 +392,7 @@ def _read_lag(
 ) -> tuple[LagSnapshot, tuple[str, str] | None]:
     """The lag to plan by and, when the newest read failed, the Degraded reason and message
     (`controller.lagread`: the run never waits long on the source)."""
-    context = SourceContext(
-        bootstrap_servers=spec.kafka.bootstrap_servers,
-        client_config={**spec.kafka.properties, **client_config},
-        auto_offset_reset=spec.strategy.auto_offset_reset,
-        timeout_seconds=run.deps.settings.reconcile.lag_timeout_seconds,
-        history=run.deps.history,
-    )
+    context = _source_context(run, spec, client_config)
 
     def read() -> LagSnapshot:
         readers = run.deps.kafka_readers
@@ -438,6 +426,17 @@ def _read_lag(
     message = f"{problem}; planning on {basis}"
     run.log.warning("%s: %s", reason, message)
     return snapshot, (reason, message)
+
+
+def _source_context(run: RunContext, spec: PolicySpec, client_config: Mapping[str, str]) -> SourceContext:
+    """How this run reaches the policy's Kafka (lag reads, offset resets)."""
+    return SourceContext(
+        bootstrap_servers=spec.kafka.bootstrap_servers,
+        client_config={**spec.kafka.properties, **client_config},
+        auto_offset_reset=spec.strategy.auto_offset_reset,
+        timeout_seconds=run.deps.settings.reconcile.lag_timeout_seconds,
+        history=run.deps.history,
+    )
 
 
 def _covers(snapshot: LagSnapshot, topics: Sequence[str]) -> bool:

@@ -19,6 +19,7 @@ from typing import Any
 
 from groupops.assign import STRATEGY_NAMES
 from groupops.lag.registry import SOURCE_TYPES
+from groupops.planner.onerror import MAX_RETRIES, ErrorAction, total_backoff_s
 from groupops.planner.wire import identity_ordinal
 
 __all__ = [
@@ -44,8 +45,7 @@ DELIVERIES = ("plan", "native")
 APPROVALS = ("auto", "manual")
 OFFSET_RESETS = ("earliest", "latest")
 MAX_REPLICAS = 1000
-MAX_ERROR_RETRIES = 100
-ERROR_ACTIONS = ("stop", "skip", "deadLetter")
+ERROR_ACTIONS = tuple(action.value for action in ErrorAction)
 MAX_PRIORITY = 1_000_000
 DEFAULT_MAX_POLL_INTERVAL_S = 300
 """Kafka's max.poll.interval.ms default (also the CRD's, and the consumer's without the variable)."""
@@ -364,7 +364,7 @@ def _consumers(raw: Mapping[str, Any], group_id: str, strategy: StrategySpec) ->
 
 def _on_error(raw: Mapping[str, Any], max_poll_interval: int) -> OnErrorSpec:
     where = "spec.consumers.onError"
-    retries = _int_in(raw.get("retries", 3), f"{where}.retries", 0, MAX_ERROR_RETRIES)
+    retries = _int_in(raw.get("retries", 3), f"{where}.retries", 0, MAX_RETRIES)
     backoff: float | None = None
     if "backoffSeconds" in raw:
         value = raw["backoffSeconds"]
@@ -373,7 +373,7 @@ def _on_error(raw: Mapping[str, Any], max_poll_interval: int) -> OnErrorSpec:
                 f"{where}.backoffSeconds", f"expected a number of seconds from 0 to 30, got {value!r}"
             )
         backoff = float(value)
-        waited = sum(min(30.0, backoff * 2 ** (retry - 1)) for retry in range(1, retries + 1))
+        waited = total_backoff_s(backoff, retries)
         if waited > max_poll_interval / 2:
             raise SpecError(
                 f"{where}.backoffSeconds",

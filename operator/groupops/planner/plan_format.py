@@ -91,6 +91,7 @@ __all__ = [
     "lease_record",
     "lease_record_annotations",
     "parse_micro_time",
+    "parse_rfc3339_ms",
     "plan_from_configmap",
     "plan_to_configmap",
     "render_lease",
@@ -340,6 +341,18 @@ def _stopped(text: str | None) -> tuple[tuple[TopicPartition, int], ...]:
         ):
             stopped.append((TopicPartition(item[0], item[1]), item[2]))
     return tuple(sorted(stopped))
+
+
+def parse_rfc3339_ms(text: str) -> int:
+    """An RFC 3339 time with its zone (`2026-11-25T09:00:00Z`) in epoch milliseconds; ValueError
+    saying what is wrong otherwise."""
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"expected an RFC 3339 time such as 2026-11-25T09:00:00Z, got {text!r}") from None
+    if moment.tzinfo is None:
+        raise ValueError(f"the time needs a zone (Z or +hh:mm), got {text!r}")
+    return int(moment.timestamp() * 1000)
 
 
 def _count_or_none(text: str | None) -> int | None:
