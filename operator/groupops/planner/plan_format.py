@@ -11,6 +11,10 @@ Plan ConfigMap `<policy>-plan` (`plan_to_configmap` / `plan_from_configmap`):
         JSON [[topic, partition, identity, epoch, since], ...]: partitions that left `identity`'s
         set in plan `epoch` (published at wall-clock `since`) and that enter no set until that
         identity acknowledged `epoch` or its holdings were voided (see `handoff`).
+        Beyond RELEASING_LEGACY_LIMIT_BYTES the compact form: the distinct (identity, epoch,
+        since) once each in "g", and per topic, per group index, the partitions as runs of
+        `wire`'s compact form (a topic name once per topic, not once per release or group):
+        {"v":2,"g":[["g-1",7,12.5],["g-2",7,12.5]],"t":{"orders":[[0,[0,[3,7]]],[1,[9]]]}}
     annotations groupops.dev/barrier
         E, on a resync plan only: no partition enters any set until every identity that may hold
         something acknowledged E or was voided (see `handoff`, "resync"). Absent otherwise.
@@ -55,15 +59,20 @@ from typing import Any, TypedDict
 
 from groupops.model import MemberId, Plan, TopicPartition
 from groupops.planner.wire import (
+    COMPACT_VERSION,
     LEASE_EPOCH_ANNOTATION,
     LEASE_PARTITIONS_ANNOTATION,
+    MAX_DECODED_PARTITIONS,
     PlanFormatError,
     decode_partitions,
     decode_plan,
     encode_partitions,
     encode_plan,
     lease_name,
+    parse_json,
+    partitions_from_runs,
     plan_configmap_name,
+    topic_runs,
 )
 
 __all__ = [
@@ -79,6 +88,7 @@ __all__ = [
     "LEASE_STOPPED_ANNOTATION",
     "POLICY_LABEL",
     "RELEASING_ANNOTATION",
+    "RELEASING_LEGACY_LIMIT_BYTES",
     "ConfigMapParts",
     "LeaseRecord",
     "LeaseState",
@@ -99,6 +109,11 @@ __all__ = [
 ]
 
 RELEASING_ANNOTATION = "groupops.dev/releasing"
+RELEASING_LEGACY_LIMIT_BYTES = 128 * 1024
+"""The releasing annotation keeps the legacy form (what earlier versions wrote and read) while it
+is at most this long: half of the 256 KiB that all of an object's annotations share, about 2,500
+pending releases. Beyond, the compact form, about 5-10 bytes a partition instead of 50. Consumers
+of the previous version read this annotation during an upgrade, hence legacy while it is small."""
 BARRIER_ANNOTATION = "groupops.dev/barrier"
 LEASE_STATE_ANNOTATION = "groupops.dev/state"
 LEASE_RELEASED_THROUGH_ANNOTATION = "groupops.dev/released-through"
@@ -162,14 +177,40 @@ class ConfigMapParts(TypedDict):
 
 def plan_to_configmap(published: PublishedPlan) -> ConfigMapParts:
     """`data` (wire format) and annotations (pending releases) of the plan ConfigMap."""
-    releasing = [
-        [tp.topic, tp.partition, release.identity, release.epoch, round(release.since, 3)]
-        for tp, release in sorted(published.releasing.items())
-    ]
-    annotations = {RELEASING_ANNOTATION: json.dumps(releasing, separators=(",", ":"))}
+    annotations = {RELEASING_ANNOTATION: _encode_releasing(published.releasing)}
     if published.barrier is not None:
         annotations[BARRIER_ANNOTATION] = str(published.barrier)
     return {"data": encode_plan(published.plan), "annotations": annotations}
+
+
+def _encode_releasing(releasing: Mapping[TopicPartition, Release]) -> str:
+    # A legacy entry is at least `["",0,"",0,0],` (15 bytes): a large map skips the legacy text.
+    if 15 * len(releasing) + 1 <= RELEASING_LEGACY_LIMIT_BYTES:
+        legacy = json.dumps(
+            [
+                [tp.topic, tp.partition, release.identity, release.epoch, round(release.since, 3)]
+                for tp, release in sorted(releasing.items())
+            ],
+            separators=(",", ":"),
+        )
+        if len(legacy) <= RELEASING_LEGACY_LIMIT_BYTES:
+            return legacy
+    groups = sorted({(r.identity, r.epoch, round(r.since, 3)) for r in releasing.values()})
+    index = {group: i for i, group in enumerate(groups)}
+    by_topic: dict[str, dict[int, list[TopicPartition]]] = {}
+    for tp, r in sorted(releasing.items()):
+        by_topic.setdefault(tp.topic, {}).setdefault(
+            index[r.identity, r.epoch, round(r.since, 3)], []
+        ).append(tp)
+    compact = {
+        "v": COMPACT_VERSION,
+        "g": [list(group) for group in groups],
+        "t": {
+            topic: [[i, topic_runs(tps)[topic]] for i, tps in sorted(per_group.items())]
+            for topic, per_group in by_topic.items()
+        },
+    }
+    return json.dumps(compact, separators=(",", ":"))
 
 
 def plan_from_configmap(data: Mapping[str, str], annotations: Mapping[str, str] | None) -> PublishedPlan:
@@ -187,10 +228,9 @@ def plan_from_configmap(data: Mapping[str, str], annotations: Mapping[str, str] 
 
 
 def _decode_releasing(text: str) -> dict[TopicPartition, Release]:
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise PlanFormatError(RELEASING_ANNOTATION, f"not JSON: {e.msg}") from e
+    raw = parse_json(text, key=RELEASING_ANNOTATION)
+    if isinstance(raw, dict):
+        return _decode_compact_releasing(raw)
     if not isinstance(raw, list):
         raise PlanFormatError(RELEASING_ANNOTATION, "expected a list")
     result: dict[TopicPartition, Release] = {}
@@ -210,6 +250,54 @@ def _decode_releasing(text: str) -> dict[TopicPartition, Release]:
         result[TopicPartition(item[0], item[1])] = Release(
             identity=MemberId(item[2]), epoch=item[3], since=float(item[4])
         )
+    return result
+
+
+def _decode_compact_releasing(raw: dict[str, Any]) -> dict[TopicPartition, Release]:
+    """{"v":2,"g":[[identity, epoch, since], ...],"t":{topic: [[group, runs], ...]}}, strict like
+    `wire`'s compact form: group indexes ascend within a topic, and a partition is pending once."""
+    key = RELEASING_ANNOTATION
+    if set(raw) != {"v", "g", "t"}:
+        raise PlanFormatError(key, f'expected the keys "v", "g" and "t", got {sorted(raw)}')
+    if raw["v"] != COMPACT_VERSION or isinstance(raw["v"], bool):
+        raise PlanFormatError(
+            key, f"compact form version {raw['v']!r} is not {COMPACT_VERSION}: written by a newer groupops?"
+        )
+    if not isinstance(raw["g"], list) or not isinstance(raw["t"], dict):
+        raise PlanFormatError(key, 'expected "g" a list of [identity, epoch, since] and "t" an object')
+    releases: list[Release] = []
+    for group in raw["g"]:
+        if not (
+            isinstance(group, list)
+            and len(group) == 3
+            and isinstance(group[0], str)
+            and _is_count(group[1])
+            and isinstance(group[2], int | float)
+            and not isinstance(group[2], bool)
+        ):
+            raise PlanFormatError(key, f"expected [identity, epoch, since], got {group!r:.80}")
+        releases.append(Release(identity=MemberId(group[0]), epoch=group[1], since=float(group[2])))
+    result: dict[TopicPartition, Release] = {}
+    for topic, pairs in sorted(raw["t"].items()):
+        if not isinstance(pairs, list) or not pairs:
+            raise PlanFormatError(key, f"topic {topic!r}: expected a non-empty list of [group, partitions]")
+        previous = -1
+        for pair in pairs:
+            if not (
+                isinstance(pair, list) and len(pair) == 2 and _is_count(pair[0]) and pair[0] < len(releases)
+            ):
+                raise PlanFormatError(
+                    key,
+                    f"topic {topic!r}: expected [group < {len(releases)}, partitions], got {pair!r:.80}",
+                )
+            if pair[0] <= previous:
+                raise PlanFormatError(key, f"topic {topic!r}: group {pair[0]} repeated or out of order")
+            previous = pair[0]
+            budget = MAX_DECODED_PARTITIONS - len(result)
+            for tp in partitions_from_runs({topic: pair[1]}, key=key, budget=budget):
+                if tp in result:
+                    raise PlanFormatError(key, f"{tp} is pending release twice")
+                result[tp] = releases[pair[0]]
     return result
 
 
