@@ -1,9 +1,14 @@
-"""`groupops assign`: one group in (JSON, stdin or --input), its assignment and stats out."""
+"""`groupops assign`: one group in (JSON, stdin or --input), its assignment and stats out.
+
+groupops assign [--input FILE] [--strategy S] [--output json|yaml|table]
+    [--lag-from-kafka --bootstrap-server B --group G [--auto-offset-reset R]
+     [--command-config FILE] [--command-property KEY=VALUE ...]]
+"""
 
 from __future__ import annotations
 
+import json
 import sys
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -15,14 +20,11 @@ from groupops.assign import UnknownStrategyError, get_strategy
 from groupops.assign.common import collector_paused
 from groupops.assign.stats import AssignmentStats, compute_stats
 from groupops.commands import lag as lag_command
+from groupops.commands import options
 from groupops.commands.errors import fail
+from groupops.commands.options import DocumentOutput
 from groupops.contract import InputError, parse_group_text, render_result
 from groupops.model import Assignment
-
-
-class OutputFormat(StrEnum):
-    json = "json"
-    table = "table"
 
 
 def register(app: typer.Typer) -> None:
@@ -38,19 +40,18 @@ def assign_command(
         str | None, typer.Option("--strategy", "-s", help="Override the document's `strategy`.")
     ] = None,
     output_format: Annotated[
-        OutputFormat, typer.Option("--format", "--output", "-o", help="json for machines, table for people.")
-    ] = OutputFormat.json,
+        DocumentOutput, options.output("json (default) or yaml for machines, table for people.")
+    ] = DocumentOutput.json,
     lag_from_kafka: Annotated[
         bool, typer.Option("--lag-from-kafka", help="Replace `lags` with the live lag of --group.")
     ] = False,
-    bootstrap: Annotated[str | None, typer.Option("--bootstrap", help="Kafka bootstrap servers.")] = None,
-    group_id: Annotated[str | None, typer.Option("--group", help="Consumer group whose lag to read.")] = None,
+    bootstrap: Annotated[str | None, options.bootstrap_server()] = None,
+    group_id: Annotated[str | None, options.group("Consumer group whose lag to read.")] = None,
     auto_offset_reset: Annotated[
         str, typer.Option("--auto-offset-reset", help="The group's reset policy (live lag only).")
     ] = "earliest",
-    kafka_config: Annotated[
-        list[str] | None, typer.Option("--kafka-config", help="librdkafka property KEY=VALUE (repeatable).")
-    ] = None,
+    command_config: Annotated[Path | None, options.command_config()] = None,
+    command_property: Annotated[list[str] | None, options.command_property()] = None,
 ) -> None:
     """Assign one group's partitions with the chosen strategy (contract: docs/design.md §3.3)."""
     text = _read_input(input_file)
@@ -62,7 +63,11 @@ def assign_command(
             document_strategy, group = parse_group_text(text)
             if lag_from_kafka:
                 group = lag_command.live_lags_for_assign(
-                    group, bootstrap, group_id, auto_offset_reset=auto_offset_reset, config=kafka_config or []
+                    group,
+                    bootstrap,
+                    group_id,
+                    auto_offset_reset=auto_offset_reset,
+                    properties=options.client_properties(command_config, command_property or []),
                 )
             name = strategy or document_strategy
             assignment = get_strategy(name)(group)
@@ -71,8 +76,10 @@ def assign_command(
         except UnknownStrategyError as e:
             fail(f"{e} ({'--strategy' if strategy else 'strategy'})")
         stats = compute_stats(group, assignment)
-        if output_format is OutputFormat.table:
+        if output_format is DocumentOutput.table:
             _print_table(name, assignment, stats)
+        elif output_format is DocumentOutput.yaml:
+            options.print_document(json.loads(render_result(assignment, stats)), output_format)
         else:
             sys.stdout.flush()
             sys.stdout.buffer.write(render_result(assignment, stats) + b"\n")

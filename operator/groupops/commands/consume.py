@@ -1,7 +1,10 @@
 """`groupops consume`: run one consumer replica (the container command of every consumer pod).
 
 Settings come from the environment the operator puts in the pod (groupops.consumer.settings
-lists it); each flag overrides the variable of the same meaning. SIGTERM and SIGINT stop it
+lists it); each flag overrides the variable of the same meaning. The Kafka options are spelled as
+the other commands spell them (`--bootstrap-server`, `--group`, `--topic`, `--command-config`,
+`--command-property`; groupops.commands.options); the older `--bootstrap-servers`, `--group-id`
+and `--topics` still work. SIGTERM and SIGINT stop it
 gracefully: commit, release every partition, release the Lease, exit 0.
 Exit codes: 2 for bad settings, 1 for a runtime failure (Kafka fatal error, the Lease taken by
 another process, the processing callback raising).
@@ -9,6 +12,7 @@ another process, the processing callback raising).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -17,6 +21,7 @@ from typing import Annotated
 
 import typer
 
+from groupops.commands import options
 from groupops.commands.errors import BAD_INPUT, RUNTIME_FAILURE, fail
 
 
@@ -31,18 +36,24 @@ def consume_command(
         str | None, typer.Option(help="This replica's identity and group.instance.id [GROUPOPS_IDENTITY].")
     ] = None,
     namespace: Annotated[
-        str | None, typer.Option(help="Namespace of the plan and Lease [GROUPOPS_NAMESPACE].")
+        str | None, options.namespace("Namespace of the plan and Lease [GROUPOPS_NAMESPACE].")
     ] = None,
-    group_id: Annotated[str | None, typer.Option(help="Kafka group id [GROUPOPS_GROUP_ID].")] = None,
+    group_id: Annotated[str | None, options.group("Kafka group id [GROUPOPS_GROUP_ID].")] = None,
     bootstrap_servers: Annotated[
-        str | None, typer.Option(help="Kafka bootstrap servers [GROUPOPS_KAFKA_BOOTSTRAP_SERVERS].")
+        str | None, options.bootstrap_server("Kafka bootstrap servers [GROUPOPS_KAFKA_BOOTSTRAP_SERVERS].")
     ] = None,
     topics: Annotated[
-        str | None, typer.Option(help="Comma-separated topics, native delivery [GROUPOPS_TOPICS].")
+        list[str] | None,
+        options.topic(
+            "Topic to subscribe to, native delivery (repeatable or comma-separated) [GROUPOPS_TOPICS]."
+        ),
     ] = None,
+    command_config: Annotated[Path | None, options.command_config()] = None,
+    command_property: Annotated[list[str] | None, options.command_property()] = None,
     delivery: Annotated[str | None, typer.Option(help="plan or native [GROUPOPS_DELIVERY].")] = None,
     strategy: Annotated[
-        str | None, typer.Option(help="Kafka assignor for native delivery [GROUPOPS_STRATEGY].")
+        str | None,
+        typer.Option("--strategy", "-s", help="Kafka assignor for native delivery [GROUPOPS_STRATEGY]."),
     ] = None,
     processor: Annotated[
         str | None, typer.Option(help="module:callable that processes each message [GROUPOPS_PROCESSOR].")
@@ -57,7 +68,7 @@ def consume_command(
         int | None,
         typer.Option(help="Serve Prometheus metrics on this port, 0 for none [GROUPOPS_METRICS_PORT]."),
     ] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at debug level.")] = False,
+    verbose: Annotated[bool, options.verbose()] = False,
 ) -> None:
     """Consume the partitions the plan gives this identity (or join the group natively)."""
     from groupops.consumer import (  # noqa: PLC0415 - Kafka and Kubernetes clients load only here
@@ -75,7 +86,7 @@ def consume_command(
         "GROUPOPS_NAMESPACE": namespace,
         "GROUPOPS_GROUP_ID": group_id,
         "GROUPOPS_KAFKA_BOOTSTRAP_SERVERS": bootstrap_servers,
-        "GROUPOPS_TOPICS": topics,
+        "GROUPOPS_TOPICS": None if not topics else ",".join(topics),
         "GROUPOPS_DELIVERY": delivery,
         "GROUPOPS_STRATEGY": strategy,
         "GROUPOPS_PROCESSOR": processor,
@@ -84,6 +95,11 @@ def consume_command(
         "GROUPOPS_METRICS_PORT": None if metrics_port is None else str(metrics_port),
     }
     environment = {**os.environ, **{key: value for key, value in overrides.items() if value is not None}}
+    if command_config is not None or command_property:
+        environment["GROUPOPS_KAFKA_PROPERTIES"] = _kafka_properties(
+            environment.get("GROUPOPS_KAFKA_PROPERTIES"),
+            options.client_properties(command_config, command_property or []),
+        )
     try:
         settings = RuntimeSettings.from_env(environment)
         runtime = make_runtime(settings, load_processor(settings.processor))
@@ -115,9 +131,10 @@ _FLAGS = {
     "GROUPOPS_POLICY": "--policy",
     "GROUPOPS_IDENTITY": "--identity",
     "GROUPOPS_NAMESPACE": "--namespace",
-    "GROUPOPS_GROUP_ID": "--group-id",
-    "GROUPOPS_KAFKA_BOOTSTRAP_SERVERS": "--bootstrap-servers",
-    "GROUPOPS_TOPICS": "--topics",
+    "GROUPOPS_GROUP_ID": "--group",
+    "GROUPOPS_KAFKA_BOOTSTRAP_SERVERS": "--bootstrap-server",
+    "GROUPOPS_KAFKA_PROPERTIES": "--command-property",
+    "GROUPOPS_TOPICS": "--topic",
     "GROUPOPS_DELIVERY": "--delivery",
     "GROUPOPS_STRATEGY": "--strategy",
     "GROUPOPS_PROCESSOR": "--processor",
@@ -129,3 +146,17 @@ _FLAGS = {
 def _flag_of(variable: str) -> str:
     flag = _FLAGS.get(variable)
     return variable if flag is None else f"{flag} or {variable}"
+
+
+def _kafka_properties(from_environment: str | None, given: dict[str, str]) -> str:
+    """GROUPOPS_KAFKA_PROPERTIES with the command line's properties over the environment's."""
+    base: dict[str, object] = {}
+    if from_environment:
+        try:
+            parsed = json.loads(from_environment)
+        except json.JSONDecodeError as e:
+            fail(f"not JSON: {e.msg} (GROUPOPS_KAFKA_PROPERTIES)")
+        if not isinstance(parsed, dict):
+            fail("expected a JSON object (GROUPOPS_KAFKA_PROPERTIES)")
+        base = parsed
+    return json.dumps({**base, **given}, separators=(",", ":"))

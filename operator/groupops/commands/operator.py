@@ -9,7 +9,9 @@ from typing import Annotated
 
 import typer
 
+from groupops.commands import options
 from groupops.commands.errors import RUNTIME_FAILURE, fail
+from groupops.controller.guard import GuardAllowlist
 from groupops.controller.settings import (
     ConsumerSettings,
     ElectionSettings,
@@ -31,9 +33,7 @@ def operator_command(
     *,
     namespace: Annotated[
         list[str] | None,
-        typer.Option(
-            "--namespace", "-n", help="Watch only this namespace (repeatable); default: the whole cluster."
-        ),
+        options.namespace("Watch only this namespace (repeatable); default: the whole cluster."),
     ] = None,
     tick: Annotated[
         float,
@@ -105,15 +105,64 @@ def operator_command(
             "Service); default the advertised address.",
         ),
     ] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at debug level.")] = False,
+    allow_privileged: Annotated[
+        bool,
+        typer.Option(
+            help="Let policies' pod templates ask for privileged containers, escalation, capabilities."
+        ),
+    ] = False,
+    allow_run_as_root: Annotated[bool, typer.Option(help="Let pod templates run as root.")] = False,
+    allow_host_namespaces: Annotated[
+        bool, typer.Option(help="Let pod templates use hostNetwork, hostPID, hostIPC and hostPort.")
+    ] = False,
+    allow_host_path: Annotated[bool, typer.Option(help="Let pod templates mount hostPath volumes.")] = False,
+    allow_volume_type: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-volume-type", help="A volume type beyond the restricted set, e.g. nfs (repeatable)."
+        ),
+    ] = None,
+    allowed_image_registries: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-image-registries",
+            help="Image prefixes pod templates may use, e.g. registry.example.com/team (repeatable; "
+            "default: any).",
+        ),
+    ] = None,
+    allow_kafka_property: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-kafka-property",
+            help="A librdkafka property policies may set although the guard refuses it (repeatable).",
+        ),
+    ] = None,
+    verbose: Annotated[bool, options.verbose()] = False,
 ) -> None:
-    """Run the operator: reconcile every ConsumerGroupPolicy it watches until stopped."""
+    """Run the operator: reconcile every ConsumerGroupPolicy it watches until stopped.
+
+    Policies get what the guard allows (docs/design.md §13.3): the restricted Pod Security profile
+    and no librdkafka property that loads code, reads the operator's files or turns verification
+    off, unless the --allow-* options say otherwise."""
     from groupops.controller.main import StartupError, run_operator  # noqa: PLC0415 - kopf loads only here
 
     heartbeat, consumer_addresses = _heartbeats(
         port=heartbeat_port, advertise=heartbeat_advertise, addresses=heartbeat_address or [], host=host
     )
+    try:
+        guard = GuardAllowlist(
+            privileged=allow_privileged,
+            run_as_root=allow_run_as_root,
+            host_namespaces=allow_host_namespaces,
+            host_path=allow_host_path,
+            volume_types=tuple(allow_volume_type or ()),
+            image_registries=tuple(allowed_image_registries or ()),
+            kafka_properties=tuple(allow_kafka_property or ()),
+        )
+    except ValueError as e:
+        fail(f"{e} (--allowed-image-registries / --allow-kafka-property)")
     settings = Settings(
+        guard=guard,
         watch=WatchSettings(namespaces=tuple(namespace or ())),
         reconcile=ReconcileSettings(tick_seconds=tick, lease_duration_seconds=lease_duration),
         consumer=ConsumerSettings(image=consumer_image, heartbeat_addresses=consumer_addresses),

@@ -1,12 +1,13 @@
 """`groupops pipeline <job>`: run one Spark job of groupops.pipeline.jobs.
 
     groupops pipeline rates|timelag|forecast|plan|backtest|report|generate
-        --input DIR|kafka://topic [--bootstrap B] --out DIR [--master URL]
+        --input DIR|kafka://topic [--bootstrap-server B] --out DIR [--master URL]
         [--window 60s] [--horizon 5m] [--step 60s] [--strategy lag] [--lag current|forecast]
-        [--strategies range,roundrobin,sticky,lag,balanced] [--rows N] [--output table|json]
+        [--strategies range,roundrobin,sticky,lag,balanced] [--rows N] [--output table|json|yaml]
 
-People get Spark's progress bar (on a terminal) and a rich summary; machines get one JSON
-document with `--output json`. Bad options or input exit 2, Spark failures exit 1, one line each.
+People get Spark's progress bar (on a terminal) and a rich summary; machines get one JSON (or
+YAML) document with `--output json` (`yaml`). Bad options or input exit 2, Spark failures exit 1,
+one line each.
 
 spark-submit runs the same command through groupops/commands/spark_submit.py (docs/pipeline.md);
 there the master comes from spark-submit unless --master is given.
@@ -14,7 +15,6 @@ there the master comes from spark-submit unless --master is given.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -26,7 +26,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from groupops.commands import options
 from groupops.commands.errors import RUNTIME_FAILURE, fail
+from groupops.commands.options import DocumentOutput
 
 if TYPE_CHECKING:  # Spark loads only when a job runs
     from groupops.pipeline.jobs import JobOptions
@@ -36,11 +38,6 @@ __all__ = ["pipeline_command", "register", "seconds_option"]
 _JOBS_HELP = "generate, rates, timelag, forecast, plan, backtest or report"
 # A rate needs a minute of samples; Burrow's window wants several commits, 10 min at 10 s snapshots.
 _DEFAULT_WINDOW_S = {"rates": 60.0, "forecast": 600.0, "plan": 600.0}
-
-
-class PipelineOutput(StrEnum):
-    table = "table"
-    json = "json"
 
 
 class LagChoice(StrEnum):
@@ -75,9 +72,7 @@ def pipeline_command(
     out: Annotated[Path, typer.Option("--out", help="Directory for the job's outputs.")] = Path(
         "pipeline-out"
     ),
-    bootstrap: Annotated[
-        str | None, typer.Option("--bootstrap", "-b", help="Kafka brokers for a kafka:// input.")
-    ] = None,
+    bootstrap: Annotated[str | None, options.bootstrap_server("Kafka brokers for a kafka:// input.")] = None,
     master: Annotated[
         str | None, typer.Option("--master", help="Spark master URL (default local[*], or spark-submit's).")
     ] = None,
@@ -100,9 +95,7 @@ def pipeline_command(
         ),
     ] = 1_000_000,
     driver_memory: Annotated[str, typer.Option("--driver-memory", help="Spark driver heap.")] = "2g",
-    output: Annotated[
-        PipelineOutput, typer.Option("--output", "-o", help="table for people, json for machines.")
-    ] = PipelineOutput.table,
+    output: Annotated[DocumentOutput, options.output()] = DocumentOutput.table,
 ) -> None:
     """Run one pipeline job on PySpark (docs/design.md §10; docs/pipeline.md)."""
     from groupops.assign import UnknownStrategyError, get_strategy  # noqa: PLC0415
@@ -127,7 +120,7 @@ def pipeline_command(
     if spec is None and job != "generate":
         fail(f"job {job!r} reads snapshots: give a directory or kafka://topic (--input)")
     history = synthetic.HistorySpec(groups=max(1, math.ceil(rows / (50 * 1000))), partitions=50, steps=1000)
-    options = jobs.JobOptions(
+    job_options = jobs.JobOptions(
         input=spec,
         out=out,
         window_s=seconds_option(window, "--window") if window else _DEFAULT_WINDOW_S.get(job, 60.0),
@@ -138,11 +131,11 @@ def pipeline_command(
         strategies=names,
         history=history,
     )
-    _run(job, options, master=master, driver_memory=driver_memory, output=output)
+    _run(job, job_options, master=master, driver_memory=driver_memory, output=output)
 
 
 def _run(
-    job: str, options: JobOptions, *, master: str | None, driver_memory: str, output: PipelineOutput
+    job: str, job_options: JobOptions, *, master: str | None, driver_memory: str, output: DocumentOutput
 ) -> None:
     from py4j.protocol import Py4JError  # type: ignore[import-untyped]  # noqa: PLC0415
     from pyspark.errors import PySparkException  # noqa: PLC0415
@@ -153,20 +146,21 @@ def _run(
 
     console = Console(stderr=True)
     under_submit = "PYSPARK_GATEWAY_PORT" in os.environ
-    people = output is PipelineOutput.table
+    people = output is DocumentOutput.table
     settings = SessionSettings(
         master=master or (None if under_submit else "local[*]"),
-        kafka=options.input is not None and options.input.is_kafka,
+        kafka=job_options.input is not None and job_options.input.is_kafka,
         driver_memory=driver_memory,
         progress=people and sys.stderr.isatty(),
     )
     if people:
         console.print(
-            f"[bold]groupops pipeline {job}[/] on {settings.master or 'spark-submit master'} → {options.out}"
+            f"[bold]groupops pipeline {job}[/] on {settings.master or 'spark-submit master'} "
+            f"→ {job_options.out}"
         )
     try:
         spark = build_session(settings)
-        result = jobs.run_job(job, spark, options)
+        result = jobs.run_job(job, spark, job_options)
     except PipelineInputError as e:
         fail(f"{e.message} ({e.where})")
     except (PySparkException, Py4JError, OSError) as e:
@@ -175,8 +169,7 @@ def _run(
     if people:
         _print_summary(console, result.to_json())
     else:
-        json.dump(result.to_json(), sys.stdout, default=str, separators=(",", ":"))
-        sys.stdout.write("\n")
+        options.print_document(result.to_json(), output)
 
 
 def _print_summary(console: Console, document: dict[str, Any]) -> None:

@@ -3,13 +3,14 @@ operator (docs/design.md §9.3), with the options of `kafka-consumer-groups --re
 
     groupops reset-offsets POLICY [-n NAMESPACE] (--to-earliest | --to-latest |
         --to-datetime TIME | --shift-by N | --to-offset N) [--topic T[:P,P...] ...]
-        [--execute] [--timeout S] [--kubeconfig PATH]
+        [--execute | --dry-run] [--timeout S] [--kubeconfig PATH] [--output table|json|yaml]
 
-Without `--execute` it is a dry run: the operator computes the new offsets and the table is
-shown; nothing is paused or written. With it, the operator releases the partitions from their
-owners, commits the new offsets once none holds them, and gives them back: every message from the
-new position on is processed, none by two replicas at once. The request is the policy annotation
-`groupops.dev/reset-offsets`; the outcome is `status.offsetReset` (`kubectl describe` shows it).
+Without `--execute` (or with Kafka's `--dry-run`) it is a dry run: the operator computes the new
+offsets and the table is shown; nothing is paused or written. With it, the operator releases the
+partitions from their owners, commits the new offsets once none holds them, and gives them back:
+every message from the new position on is processed, none by two replicas at once. The request
+is the policy annotation `groupops.dev/reset-offsets`; the outcome is `status.offsetReset`
+(`kubectl describe` shows it).
 Exit codes: 2 for bad options, 1 when the reset failed or the operator did not answer in time.
 """
 
@@ -24,7 +25,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from groupops.commands import options
 from groupops.commands.errors import RUNTIME_FAILURE, fail
+from groupops.commands.options import TOPIC, DocumentOutput, spelled
 from groupops.controller.names import ANNOTATION_RESET_OFFSETS, API_GROUP, API_VERSION, KIND
 from groupops.controller.offset_reset import FINAL_STATES, ResetRequestError, read_request
 from groupops.kubeapi import KubeClient, KubeError, NotFound
@@ -42,7 +45,7 @@ def register(app: typer.Typer) -> None:
 def reset_offsets_command(
     policy: Annotated[str, typer.Argument(help="The ConsumerGroupPolicy whose group to reset.")],
     *,
-    namespace: Annotated[str, typer.Option("--namespace", "-n", help="The policy's namespace.")] = "default",
+    namespace: Annotated[str, options.namespace("The policy's namespace.")] = "default",
     to_earliest: Annotated[bool, typer.Option("--to-earliest", help="To the oldest message.")] = False,
     to_latest: Annotated[bool, typer.Option("--to-latest", help="To the end (skip everything).")] = False,
     to_datetime: Annotated[
@@ -54,12 +57,16 @@ def reset_offsets_command(
     ] = None,
     to_offset: Annotated[int | None, typer.Option("--to-offset", help="To this offset.")] = None,
     topics: Annotated[
-        list[str] | None,
-        typer.Option("--topic", "-t", help="TOPIC or TOPIC:P,P,... (repeatable; default: every topic)."),
+        list[str] | None, options.topic("TOPIC or TOPIC:P,P,... (repeatable; default: every topic).")
     ] = None,
-    execute: Annotated[bool, typer.Option("--execute", help="Do it (default: a dry run).")] = False,
+    execute: Annotated[
+        bool, typer.Option("--execute/--dry-run", help="Do it, or only show the new offsets (the default).")
+    ] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for the operator.")] = 120.0,
     kubeconfig: Annotated[str | None, typer.Option("--kubeconfig", help="Path of a kubeconfig.")] = None,
+    output: Annotated[
+        DocumentOutput, options.output("table for people; json or yaml (status.offsetReset) for machines.")
+    ] = DocumentOutput.table,
 ) -> None:
     """Reset a policy's committed offsets while it runs: pause, reset, resume (dry run by default)."""
     request = _request(to_earliest, to_latest, to_datetime, shift_by, to_offset, topics, execute)
@@ -88,7 +95,10 @@ def reset_offsets_command(
         request_id=request["id"],
         timeout=timeout,
     )
-    _show(outcome)
+    if output is DocumentOutput.table:
+        _show(outcome)
+    else:
+        options.print_document(outcome, output)
     if outcome.get("state") == "Failed":
         fail(f"offset reset {request['id']} failed: {outcome.get('message')}", code=RUNTIME_FAILURE)
 
@@ -146,14 +156,14 @@ def _topics(values: list[str]) -> dict[str, list[int] | None]:
     for value in values:
         topic, _, listed = value.partition(":")
         if not topic:
-            fail(f"--topic: expected TOPIC or TOPIC:P,P,..., got {value!r}")
+            fail(f"{spelled(TOPIC)}: expected TOPIC or TOPIC:P,P,..., got {value!r}")
         if not listed:
             topics[topic] = None
             continue
         try:
             partitions = [int(p) for p in listed.split(",")]
         except ValueError:
-            fail(f"--topic {value}: partitions must be numbers")
+            fail(f"{spelled(TOPIC)} {value}: partitions must be numbers")
         before = topics.get(topic, [])
         topics[topic] = None if before is None and topic in topics else sorted({*(before or []), *partitions})
     return topics

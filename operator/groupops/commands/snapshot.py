@@ -1,8 +1,9 @@
 """`groupops snapshot`: capture offset snapshots of consumer groups, without the operator.
 
-    groupops snapshot --bootstrap B [--group G ...] [--topic T ...] [--cluster NAME]
+    groupops snapshot --bootstrap-server B [--group G ...] [--topic T ...] [--cluster NAME]
         --to DIR|kafka://topic|kafka://host:port/topic [--every 10s] [--count N]
-        [--no-members] [--config KEY=VALUE ...] [--output table|json]
+        [--no-members] [--command-config FILE] [--command-property KEY=VALUE ...]
+        [--output table|json]
 
 Every `--every` it reads every group (all consumer groups when no --group) through the `kafka`
 lag source and appends one row per partition to the sink (groupops.pipeline.snapshot). Runs until
@@ -14,20 +15,17 @@ from __future__ import annotations
 
 import json
 import sys
-from enum import StrEnum
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from groupops.commands import options
 from groupops.commands.errors import RUNTIME_FAILURE, fail
+from groupops.commands.options import BOOTSTRAP_SERVER, COMMAND_PROPERTY, GROUP, TOPIC, StreamOutput, spelled
 
 __all__ = ["register", "snapshot_command"]
-
-
-class SnapshotOutput(StrEnum):
-    table = "table"
-    json = "json"
 
 
 def register(app: typer.Typer) -> None:
@@ -36,33 +34,25 @@ def register(app: typer.Typer) -> None:
 
 def snapshot_command(
     *,
-    bootstrap: Annotated[
-        str, typer.Option("--bootstrap", "-b", help="Kafka bootstrap servers, host:port[,...].")
-    ],
+    bootstrap: Annotated[str, options.bootstrap_server()],
     to: Annotated[str, typer.Option("--to", help="A directory (Parquet dataset) or kafka://topic.")],
-    groups: Annotated[
-        list[str] | None,
-        typer.Option("--group", "--groups", "-g", help="Group id (repeatable; default: all)."),
-    ] = None,
-    topics: Annotated[
-        list[str] | None, typer.Option("--topic", "-t", help="Only these topics (repeatable).")
-    ] = None,
+    groups: Annotated[list[str] | None, options.group("Group id (repeatable; default: all).")] = None,
+    topics: Annotated[list[str] | None, options.topic("Only these topics (repeatable).")] = None,
     cluster: Annotated[
         str | None, typer.Option("--cluster", help="Cluster name in rows (default: bootstrap).")
     ] = None,
     every: Annotated[str, typer.Option("--every", help="Interval between rounds.")] = "10s",
+    # -n stays from before the shared vocabulary (where -n is --namespace); snapshot has no namespace.
     count: Annotated[int | None, typer.Option("--count", "-n", help="Stop after N rounds.")] = None,
     members: Annotated[bool, typer.Option("--members/--no-members", help="Record partition owners.")] = True,
-    config: Annotated[
-        list[str] | None, typer.Option("--config", "-X", help="librdkafka property KEY=VALUE (repeatable).")
-    ] = None,
+    command_config: Annotated[Path | None, options.command_config()] = None,
+    command_property: Annotated[list[str] | None, options.command_property()] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds allowed for one group's read.")] = 6.0,
     output: Annotated[
-        SnapshotOutput, typer.Option("--output", "-o", help="table for people, json for machines.")
-    ] = SnapshotOutput.table,
+        StreamOutput, options.output("table for people, json (one object per round) for machines.")
+    ] = StreamOutput.table,
 ) -> None:
     """Append offset snapshots of consumer groups to Parquet or a Kafka topic."""
-    from groupops.commands.lag import parse_client_config  # noqa: PLC0415
     from groupops.commands.pipeline import seconds_option  # noqa: PLC0415
     from groupops.lag import LagError, LagSourceConfigError, UnknownTopicError  # noqa: PLC0415
     from groupops.pipeline.snapshot import (  # noqa: PLC0415
@@ -78,9 +68,9 @@ def snapshot_command(
     interval = seconds_option(every, "--every")
     if count is not None and count <= 0:
         fail(f"must be positive, got {count} (--count)")
-    client_config = parse_client_config(config or [])
+    client_config = options.client_properties(command_config, command_property or [])
     console = Console(stderr=True)
-    people = output is SnapshotOutput.table
+    people = output is StreamOutput.table
 
     def on_tick(report: TickReport) -> None:
         if people:
@@ -110,7 +100,7 @@ def snapshot_command(
     except SnapshotTargetError as e:
         fail(f"{e} (--to)")
     except LagSourceConfigError as e:
-        fail(f"{e} (--bootstrap/--config)")
+        fail(f"{e} ({spelled(BOOTSTRAP_SERVER)}/{spelled(COMMAND_PROPERTY)})")
     except SnapshotError as e:
         fail(str(e), code=RUNTIME_FAILURE)
     reports = []
@@ -119,7 +109,7 @@ def snapshot_command(
     except KeyboardInterrupt:
         pass
     except (LagSourceConfigError, UnknownTopicError) as e:
-        fail(f"{e} (--group/--topic)")
+        fail(f"{e} ({spelled(GROUP)}/{spelled(TOPIC)})")
     except (LagError, SnapshotError) as e:
         fail(str(e), code=RUNTIME_FAILURE)
     finally:

@@ -2,7 +2,7 @@
 
     spark-submit --master URL [--packages ...] \
         $(python -c 'import groupops.commands.spark_submit as m; print(m.__file__)') \
-        forecast --input kafka://groupops-snapshots --bootstrap kafka:9092 --out /data/pipeline
+        forecast --input kafka://groupops-snapshots --bootstrap-server kafka:9092 --out /data/pipeline
 
 The master is spark-submit's unless --master is given (docs/pipeline.md).
 """
