@@ -15,7 +15,7 @@ INSTALLED := $(VENV)/.installed
 TEST_DEPS :=
 include $(wildcard mk/*.mk)
 
-.PHONY: install test lint unit demo clean
+.PHONY: install test lint unit demo demo-assign clean
 
 install: $(INSTALLED)
 
@@ -37,7 +37,15 @@ test: lint $(TEST_DEPS)
 unit: $(INSTALLED)
 	$(PY) -m pytest tests/unit
 
+# The main job end to end (groupops.devstack.demo): the local stack, the operator, a runner playing
+# the kubelet, two example policies on skewed data, a rebalance on lag and a measured failover.
+# First it builds what `make test` builds (mk/stack.mk, mk/helm.mk), saying what and for how long.
 demo: $(INSTALLED)
+	@$(PY) -m groupops.devstack build -- $(MAKE) --no-print-directory stack kubetools
+	$(PY) -m groupops.devstack demo
+
+# The engine alone: `groupops assign` on every group document of examples/groups/.
+demo-assign: $(INSTALLED)
 	@for f in examples/groups/*.json; do \
 	  echo "== groupops assign --input $$f --format table"; \
 	  $(VENV)/bin/groupops assign --input $$f --format table || exit 1; \

@@ -1,19 +1,14 @@
-"""Shared pieces of the consumer-runtime tests and the failover benchmark: `groupops consume` as a
-subprocess, a TCP proxy to the API server that a test can cut, Kafka helpers, and waiting.
+"""Shared pieces of the consumer-runtime tests and the failover benchmark: Kafka helpers, the
+consumer's environment, metrics scraping, and waiting. `groupops consume` as a subprocess and the
+cuttable TCP proxy to the API server live with the kubelet harness in groupops.devstack
+(kubelet.py, proxy.py); they are re-exported here for the tests that import them from here.
 
-The in-test stand-in for the operator's publish step is in plan_driver.py; the kubelet harness
-in kubelet.py.
+The in-test stand-in for the operator's publish step is in plan_driver.py.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import random
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -22,16 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.kube_api import KubeApi
+from groupops.devstack.kube_api import KubeApi
+from groupops.devstack.kubelet import ConsumerProcess
+from groupops.devstack.proxy import CuttableProxy, api_server_address, proxied_kubeconfig  # noqa: F401
 from tests.e2e.waiting import wait_for
-
-GROUPOPS = str(Path(sys.executable).parent / "groupops")
-
 
 # -- Kafka ----------------------------------------------------------------------------------------
 
@@ -156,171 +149,7 @@ class SteadyProducer:
         return self.log
 
 
-# -- a cuttable path to the API server ----------------------------------------------------------
-
-
-class CuttableProxy:
-    """A TCP relay on 127.0.0.1 in front of the API server. `cut()` drops every connection and
-    black-holes new ones (accepted, never answered: clients hang until their own timeouts, as
-    behind a dead network path); `restore()` relays again."""
-
-    def __init__(self, upstream_host: str, upstream_port: int) -> None:
-        self._upstream = (upstream_host, upstream_port)
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = int(self._listener.getsockname()[1])
-        self._lock = threading.Lock()
-        self._sockets: set[socket.socket] = set()
-        self._cut = False
-        self._closed = False
-        threading.Thread(target=self._accept, name=f"proxy-{self.port}", daemon=True).start()
-
-    @property
-    def is_cut(self) -> bool:
-        return self._cut
-
-    def cut(self) -> None:
-        with self._lock:
-            self._cut = True
-            doomed = list(self._sockets)
-            self._sockets.clear()
-        for sock in doomed:
-            _close(sock)
-
-    def restore(self) -> None:
-        with self._lock:
-            self._cut = False
-            doomed = list(self._sockets)  # black-holed while cut: let their clients retry
-            self._sockets.clear()
-        for sock in doomed:
-            _close(sock)
-
-    def close(self) -> None:
-        self._closed = True
-        self.cut()
-        _close(self._listener)
-
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            with self._lock:
-                self._sockets.add(client)
-                cut = self._cut
-            if cut:
-                continue  # black hole: hold the connection, say nothing
-            try:
-                upstream = socket.create_connection(self._upstream, timeout=5)
-            except OSError:
-                _close(client)
-                continue
-            upstream.settimeout(None)  # a watch is silent for long stretches
-            with self._lock:
-                self._sockets.add(upstream)
-            for source, target in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(source, target), daemon=True).start()
-
-    def _pump(self, source: socket.socket, target: socket.socket) -> None:
-        try:
-            while True:
-                data = source.recv(65536)
-                if not data or self._cut:
-                    break
-                target.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for sock in (source, target):
-                with self._lock:
-                    self._sockets.discard(sock)
-                _close(sock)
-
-
-def _close(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_RDWR)
-    with contextlib.suppress(OSError):
-        sock.close()
-
-
-def proxied_kubeconfig(kubeconfig: str, proxy: CuttableProxy, path: Path) -> str:
-    """A copy of `kubeconfig` whose server is the proxy (same TLS name: 127.0.0.1)."""
-    document = yaml.safe_load(Path(kubeconfig).read_text())
-    for cluster in document["clusters"]:
-        cluster["cluster"]["server"] = f"https://127.0.0.1:{proxy.port}"
-    path.write_text(yaml.safe_dump(document))
-    path.chmod(0o600)
-    return str(path)
-
-
-def api_server_address(kubeconfig: str) -> tuple[str, int]:
-    document = yaml.safe_load(Path(kubeconfig).read_text())
-    server = document["clusters"][0]["cluster"]["server"]
-    host_port = server.split("://", 1)[1].split("/", 1)[0]
-    host, _, port = host_port.rpartition(":")
-    return host, int(port)
-
-
 # -- consumer processes -------------------------------------------------------------------------
-
-
-@dataclass
-class ConsumerProcess:
-    """`groupops consume` for one identity, as the kubelet would run it. `env` is the pod's
-    environment; the test adds KUBECONFIG (through a cuttable proxy) and the journal directory."""
-
-    identity: str
-    env: Mapping[str, str]
-    log_path: Path
-    process: subprocess.Popen[bytes] | None = None
-    starts: int = 0
-
-    def start(self) -> None:
-        assert not self.alive(), f"{self.identity} is already running"
-        self.starts += 1
-        with self.log_path.open("ab") as log:
-            log.write(f"\n==== start {self.starts}\n".encode())
-            log.flush()
-            self.process = subprocess.Popen(
-                [GROUPOPS, "consume"],
-                env={**os.environ, **self.env},
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def signal(self, signum: int) -> None:
-        if self.alive():
-            assert self.process is not None
-            self.process.send_signal(signum)
-
-    def kill(self) -> None:
-        """SIGKILL, as a crash; waits until the process is gone."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(timeout=30)
-
-    def terminate(self, grace: float = 60.0) -> int | None:
-        """SIGTERM, then SIGKILL after `grace` seconds; the exit code."""
-        if self.process is None:
-            return None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGCONT)
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        return self.process.returncode
-
-    def log_tail(self, lines: int = 30) -> str:
-        if not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
 def consumer_env(

@@ -3,7 +3,8 @@
 DevstackError
 ├── NotBuiltError   a pinned component is not in the cache yet (`make stack` fetches it)
 ├── StartError      a server exited or did not become ready in time; carries its log's path
-└── StateError      `.dev/state.json` is missing or unreadable (`down` without `up`)
+├── StateError      `.dev/state.json` is missing or unreadable (`down` without `up`)
+└── DemoError       a step of the demo failed or timed out (devstack/demo.py)
 """
 
 from __future__ import annotations
@@ -29,3 +30,7 @@ class StartError(DevstackError):
 
 class StateError(DevstackError):
     """The state file of a running stack is missing or unreadable."""
+
+
+class DemoError(DevstackError):
+    """A step of the demo failed (`python -m groupops.devstack demo`); the message names it."""
