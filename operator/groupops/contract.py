@@ -24,7 +24,8 @@ normal case after a topic is deleted or recreated (`GroupInput`).
 `[topic, partition]` arrays), relying on the engine's promise that every list is sorted.
 
 Used by the CLI, the Spark `plan` job and the Kafka differential harness, so all three read the
-same format. Pure: no I/O beyond what the caller hands in.
+same format; the policy parser (controller/spec.py) shares its reading of msgspec's errors
+(`split_validation_message`, `plain_message`). Pure: no I/O beyond what the caller hands in.
 """
 
 from __future__ import annotations
@@ -55,7 +56,9 @@ __all__ = [
     "group_to_json",
     "parse_group",
     "parse_group_text",
+    "plain_message",
     "render_result",
+    "split_validation_message",
 ]
 
 
@@ -173,8 +176,8 @@ class _Subscriptions:
             try:
                 topics = frozenset(self._DECODER.decode(key))
             except msgspec.ValidationError as e:
-                message, _, at = str(e).partition(" - at `")
-                path = where + at.rstrip("`").removeprefix("$")
+                message, at = split_validation_message(str(e))
+                path = where + at
                 raise InputError(path, _our_words(message, path)) from e
             self._seen[key] = topics
         return topics
@@ -283,8 +286,8 @@ def _input_error(text: str, document: Callable[[], Any]) -> InputError:
     `members[2].owned[0]`, with the message in our words. `document` gives the document as plain
     values, read again only to name the topic of an error inside `topics`, `lags` or
     `partition_racks`."""
-    message, _, where = text.partition(" - at `")
-    path = where.rstrip("`").removeprefix("$").removeprefix(".")
+    message, where = split_validation_message(text)
+    path = where.removeprefix(".")
     field, _, rest = path.partition("[...]")
     if field in _BY_TOPIC and path != field:
         located = _key_of_error(field, document())
@@ -315,8 +318,8 @@ def _key_of_error(field: str, document: Any) -> InputError | None:
         try:
             msgspec.convert(value, _BY_TOPIC[field])
         except msgspec.ValidationError as e:
-            message, _, where = str(e).partition(" - at `")
-            path = f"{field}.{topic}{where.rstrip('`').removeprefix('$')}"
+            message, where = split_validation_message(str(e))
+            path = f"{field}.{topic}{where}"
             return InputError(path, _our_words(message, path))
     return None
 
@@ -332,14 +335,27 @@ def _our_words(message: str, path: str) -> str:
         return "must not be empty"
     if message.startswith("Expected `float` > 0.0"):
         return "must be greater than 0"
-    return _plain(message)
+    return plain_message(message)
 
 
 def _join(path: str, field: str) -> str:
     return f"{path}.{field}" if path else field
 
 
-def _plain(message: str) -> str:
+def split_validation_message(text: str) -> tuple[str, str]:
+    """msgspec's "<message> - at `$.members[2].owned[0]`" as ("<message>", ".members[2].owned[0]"):
+    the path below the root as msgspec writes it (`.field`, `[index]`, `[...]` for a dict's
+    value), "" at the root, so that a caller prefixes its own root. An error in a dict's key
+    ("- at `key` in `$.lags`") is located at the dict, its message ending in "(in a key)".
+    Shared with the policy parser (controller/spec.py), which maps the same paths."""
+    message, _, where = text.partition(" - at `")
+    _, in_a_key, mapping = where.partition("` in `")
+    if in_a_key:
+        message, where = f"{message} (in a key)", mapping
+    return message, where.rstrip("`").removeprefix("$")
+
+
+def plain_message(message: str) -> str:
     """msgspec's wording without its backticks and capital: "expected int, got str"."""
     text = (
         message.replace("`", "").replace(" | null", " or null").replace("Expected float", "Expected number")
@@ -356,7 +372,7 @@ def _malformed(text: str | bytes, error: msgspec.DecodeError) -> InputError:
     except UnicodeDecodeError:
         return InputError("<document>", "malformed JSON: not UTF-8 text")
     # json accepts what msgspec refuses (NaN, Infinity): say what msgspec said.
-    return InputError("<document>", f"malformed JSON: {_plain(str(error))}")
+    return InputError("<document>", f"malformed JSON: {plain_message(str(error))}")
 
 
 _ENCODER: Final = msgspec.json.Encoder()

@@ -39,6 +39,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 __all__ = [
+    "FIELD_MANAGER",
     "AlreadyExists",
     "Conflict",
     "Expired",
@@ -67,6 +68,10 @@ _PLURALS = {
     "Lease": "leases",
     "ConsumerGroupPolicy": "consumergrouppolicies",
 }
+
+
+FIELD_MANAGER = "groupops"
+"""The operator's field manager: every object it writes names it in managedFields."""
 
 
 class KubeError(Exception):
@@ -236,9 +241,13 @@ def _lines(response: Any) -> Iterator[bytes]:
 
 
 class KubeClient:
-    """JSON in, JSON out. `timeout` bounds every request (seconds)."""
+    """JSON in, JSON out. `timeout` bounds every request (seconds); `field_manager` names the
+    writer in every object's managedFields (docs/design.md §13.4)."""
 
-    def __init__(self, api_client: k8s_client.ApiClient, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self, api_client: k8s_client.ApiClient, *, timeout: float = 30.0, field_manager: str = FIELD_MANAGER
+    ) -> None:
+        self.field_manager = field_manager
         self._api = api_client
         self._timeout = timeout
         self._watch_api: k8s_client.ApiClient | None = None
@@ -272,6 +281,7 @@ class KubeClient:
         timeout: float = 30.0,
         pool_size: int = 32,
         retries: bool = True,
+        field_manager: str = FIELD_MANAGER,
     ) -> KubeClient:
         """From `kubeconfig` (a path) when given; else in a pod its ServiceAccount, elsewhere
         $KUBECONFIG or ~/.kube/config. Raises KubeError when none is usable."""
@@ -289,7 +299,7 @@ class KubeClient:
         if not retries:
             configuration.retries = False  # one attempt per request: the caller owns the retry policy
         configuration.connection_pool_maxsize = pool_size  # one connection per concurrent caller
-        return cls(k8s_client.ApiClient(configuration), timeout=timeout)
+        return cls(k8s_client.ApiClient(configuration), timeout=timeout, field_manager=field_manager)
 
     def close(self) -> None:
         self._api.close()  # type: ignore[no-untyped-call]
@@ -418,7 +428,7 @@ class KubeClient:
 
     def create(self, body: Mapping[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
         meta = body["metadata"]
-        query = {"dryRun": "All"} if dry_run else None
+        query = {"fieldManager": self.field_manager, **({"dryRun": "All"} if dry_run else {})}
         created = self.request(
             "POST",
             resource_path(body["apiVersion"], body["kind"], meta.get("namespace")),
@@ -432,9 +442,26 @@ class KubeClient:
     def replace(self, body: Mapping[str, Any]) -> dict[str, Any]:
         meta = body["metadata"]
         path = resource_path(body["apiVersion"], body["kind"], meta.get("namespace"), meta["name"])
-        replaced = self.request("PUT", path, body=body)
+        replaced = self.request("PUT", path, query={"fieldManager": self.field_manager}, body=body)
         self._tell_written(replaced)
         return replaced
+
+    def apply(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Server-side apply under `field_manager` (forced: the operator's fields are its own):
+        creates the object or sets exactly the fields `body` states, leaving fields other
+        managers own alone and removing those this manager applied before and no longer states.
+        A `metadata.resourceVersion` in `body` is a precondition (Conflict when it moved)."""
+        meta = body["metadata"]
+        path = resource_path(body["apiVersion"], body["kind"], meta.get("namespace"), meta["name"])
+        applied = self.request(
+            "PATCH",
+            path,
+            query={"fieldManager": self.field_manager, "force": "true"},
+            body=body,
+            content_type="application/apply-patch+yaml",
+        )
+        self._tell_written(applied)
+        return applied
 
     def patch(
         self,
@@ -449,7 +476,13 @@ class KubeClient:
         path = resource_path(api_version, kind, namespace, name)
         if subresource:
             path += f"/{subresource}"
-        patched = self.request("PATCH", path, body=patch, content_type="application/merge-patch+json")
+        patched = self.request(
+            "PATCH",
+            path,
+            query={"fieldManager": self.field_manager},
+            body=patch,
+            content_type="application/merge-patch+json",
+        )
         self._tell_written(patched)
         return patched
 

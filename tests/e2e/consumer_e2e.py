@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from groupops.consumer.audit import AuditReport, audit, load_journals
+from groupops.devstack.kube_api import KubeApi
+from groupops.devstack.kubelet import Kubelet
 from groupops.model import MemberId, TopicPartition
 from groupops.planner.handoff import DEFAULT_LEASE_DURATION_S
 from groupops.planner.plan_format import PublishedPlan, lease_record, plan_from_configmap
 from groupops.planner.wire import lease_name, plan_configmap_name
-from tests.e2e.kube_api import KubeApi
-from tests.e2e.kubelet import Kubelet
 from tests.e2e.operator_support import (
     TICK_S,
     Kubectl,

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from groupops.assign import get_strategy
+from groupops.devstack.kube_api import ApiError, KubeApi
 from groupops.model import AssignOptions, GroupInput, Member, MemberId, TopicPartition
 from groupops.planner.handoff import LeaseClock, MemberState, identities_to_fence, next_plan
 from groupops.planner.plan_format import (
@@ -34,7 +35,6 @@ from groupops.planner.plan_format import (
     render_plan_configmap,
 )
 from groupops.planner.wire import lease_name, plan_configmap_name
-from tests.e2e.kube_api import ApiError, KubeApi
 
 Target = Callable[[Sequence[str]], Mapping[str, Sequence[TopicPartition]]]
 """live identities (sorted) -> the target assignment (every identity that takes part)."""

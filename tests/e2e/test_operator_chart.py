@@ -42,9 +42,27 @@ def kubectl(kube_config: str) -> Kubectl:
 @pytest.mark.parametrize(
     "values",
     [
-        pytest.param((), id="cluster-wide"),
-        pytest.param(("scope=namespaced",), id="namespaced"),
+        pytest.param((), id="defaults"),
+        pytest.param(("scope=cluster",), id="cluster-wide"),
         pytest.param(("metrics.service.enabled=false", "operator.verbose=true"), id="no-metrics-service"),
+        pytest.param(
+            (
+                "scope=namespaced",
+                "watchNamespaces={{{ns}}}",
+                "kafkaAuthSecrets[0].namespace={ns}",
+                "kafkaAuthSecrets[0].name=kafka-auth",
+                "fullnameOverride=cgo",
+                "crds.install=false",
+                "argocd.healthCheck.enabled=true",
+                "extraEnv[0].name=SSL_CERT_FILE",
+                "extraEnv[0].value=/etc/corp-ca/ca.crt",
+                "extraVolumes[0].name=corp-ca",
+                "extraVolumes[0].configMap.name=corp-ca",
+                "extraVolumeMounts[0].name=corp-ca",
+                "extraVolumeMounts[0].mountPath=/etc/corp-ca",
+            ),
+            id="namespaced-auth-secret-overrides",
+        ),
     ],
 )
 def test_chart_is_accepted_by_the_api_server(
@@ -52,11 +70,13 @@ def test_chart_is_accepted_by_the_api_server(
 ) -> None:
     namespace = unique_name("chart")
     create_namespace(kubectl, namespace)
-    manifest = render(namespace, *values)
+    manifest = render(namespace, *(value.format(ns=namespace) for value in values))
     result = kubectl.run("apply", "--dry-run=server", "-n", namespace, "-f", "-", stdin=manifest, check=False)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert any("deployment.apps/groupops" in line for line in lines), result.stdout
+    assert any(line.startswith(("deployment.apps/groupops ", "deployment.apps/cgo ")) for line in lines), (
+        result.stdout
+    )
     assert all("(server dry run)" in line for line in lines), result.stdout
 
 
@@ -76,21 +96,25 @@ def test_deployment_is_locked_down() -> None:
     assert container["args"][0] == "operator"
     kinds = sorted(d["kind"] for d in documents)
     assert kinds == [
+        "ClusterRole",  # -discovery: kopf lists namespaces and CRDs
+        "ClusterRole",  # -view, -edit, -admin: aggregated into Kubernetes' user roles
+        "ClusterRole",
         "ClusterRole",
         "ClusterRoleBinding",
         "CustomResourceDefinition",
         "Deployment",
         "PodDisruptionBudget",
-        "Role",
+        "Role",  # the operator's, in the release namespace (scope namespaced, the default)
+        "Role",  # the election Lease
+        "RoleBinding",
         "RoleBinding",
         "Service",  # heartbeats
         "Service",  # metrics
         "ServiceAccount",
     ]
-    rules = next(d for d in documents if d["kind"] == "ClusterRole")["rules"]
-    secrets = [r for r in rules if "secrets" in r["resources"]]
-    assert secrets == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]}], (
-        "Secrets are only read (watched by name: the auth Secret's cache)"
+    rules = [rule for d in documents if d["kind"] in ("ClusterRole", "Role") for rule in d["rules"]]
+    assert not [r for r in rules if "secrets" in r["resources"]], (
+        "no Secret is readable unless listed in kafkaAuthSecrets (tests/chart/test_rbac.py)"
     )
 
 

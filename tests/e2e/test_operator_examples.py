@@ -83,19 +83,26 @@ def test_example_runs_as_specified(
     policy = cgp(kubectl, namespace, policy_name)
     status = policy["status"]
 
-    account = kubectl.get_json("serviceaccount", f"{policy_name}-consumer", namespace)
-    assert account is not None
-    role = kubectl.get_json("role", f"{policy_name}-consumer", namespace)
-    assert role["rules"][0] == {
-        "apiGroups": [""],
-        "resources": ["configmaps"],
-        "resourceNames": [f"{policy_name}-plan"],
-        "verbs": ["get", "watch"],
-    }
-    assert role["rules"][1]["verbs"] == ["get", "update"]
-    assert len(role["rules"][1]["resourceNames"]) == replicas
-    binding = kubectl.get_json("rolebinding", f"{policy_name}-consumer", namespace)
-    assert binding["subjects"][0]["name"] == f"{policy_name}-consumer"
+    for ordinal in range(replicas):  # each replica its own account, which may write its own Lease only
+        account_name = f"{policy_name}-consumer-{ordinal}"
+        assert kubectl.get_json("serviceaccount", account_name, namespace) is not None
+        role = kubectl.get_json("role", account_name, namespace)
+        assert role["rules"] == [
+            {
+                "apiGroups": [""],
+                "resources": ["configmaps"],
+                "resourceNames": [f"{policy_name}-plan"],
+                "verbs": ["get", "watch"],
+            },
+            {
+                "apiGroups": ["coordination.k8s.io"],
+                "resources": ["leases"],
+                "resourceNames": [f"{policy_name}-{spec['groupId']}-{ordinal}"],
+                "verbs": ["get", "update"],
+            },
+        ]
+        binding = kubectl.get_json("rolebinding", account_name, namespace)
+        assert binding["subjects"][0]["name"] == account_name
 
     pods = kubectl.items("pods", namespace, selector)
     assert sorted(p["metadata"]["name"] for p in pods) == [f"{policy_name}-{i}" for i in range(replicas)]
@@ -106,7 +113,7 @@ def test_example_runs_as_specified(
         assert env["GROUPOPS_IDENTITY"] == f"{spec['groupId']}-{ordinal}"
         assert env["GROUPOPS_POLICY"] == policy_name
         assert env["GROUPOPS_KAFKA_BOOTSTRAP_SERVERS"] == spec["kafka"]["bootstrapServers"]
-        assert pod["spec"]["serviceAccountName"] == f"{policy_name}-consumer"
+        assert pod["spec"]["serviceAccountName"] == f"{policy_name}-consumer-{ordinal}"
     assert len(kubectl.items("leases", namespace, selector)) == replicas
 
     plan = plan_of(kubectl, namespace, policy_name)
@@ -137,7 +144,18 @@ def test_kubectl_get_shows_the_columns(
 ) -> None:
     table = kubectl.run("get", "cgp", "-n", namespace).stdout
     header = table.splitlines()[0].split()
-    assert header == ["NAME", "STRATEGY", "REPLICAS", "READY", "TOTAL", "LAG", "IMBALANCE", "EPOCH", "AGE"]
+    assert header == [
+        "NAME",
+        "STRATEGY",
+        "REPLICAS",
+        "READY",
+        "TOTAL",
+        "LAG",
+        "IMBALANCE",
+        "EPOCH",
+        "PROPOSAL",
+        "AGE",
+    ]
     rows = {line.split()[0]: line.split() for line in table.splitlines()[1:]}
     failover = rows["ledger-failover"]
     assert failover[1:4] == ["failover", "3", "0"]

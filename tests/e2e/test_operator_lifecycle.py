@@ -3,12 +3,15 @@ deletion. After each step the right objects exist, and the plan's epoch never go
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 from typing import Any
 
 import pytest
 
 from tests.e2e.operator_support import (
+    GROUPOPS,
     Kubectl,
     OperatorProcess,
     cgp,
@@ -105,8 +108,10 @@ def test_scale_3_to_5_to_2(kubectl: Kubectl, namespace: str, operator: OperatorP
     assert [m["instanceId"] for m in two["status"]["members"]] == ["scale-g-0", "scale-g-1"]
     leases = kubectl.items("leases", namespace, "groupops.dev/policy=scale")
     assert len(leases) == 2, "the Leases of removed identities go with their pods"
-    role = kubectl.get_json("role", "scale-consumer", namespace)
-    assert len(role["rules"][1]["resourceNames"]) == 2
+    accounts = kubectl.items("serviceaccounts", namespace, "groupops.dev/policy=scale")
+    assert sorted(a["metadata"]["name"] for a in accounts) == ["scale-consumer-0", "scale-consumer-1"], (
+        "the accounts of removed identities go with their pods"
+    )
     assert len(set(epochs.seen)) >= 3
 
 
@@ -159,16 +164,24 @@ def test_manual_approval(kubectl: Kubectl, namespace: str, operator: OperatorPro
     assert epochs.see(int(plan_of(kubectl, namespace, "approve")["epoch"])) == epoch, (
         "nothing applied before approval"
     )
-    kubectl.run("annotate", "cgp", "approve", "-n", namespace, "groupops.dev/approve=true")
+    approve = subprocess.run(
+        [GROUPOPS, "approve", "approve", "-n", namespace, "--proposal", proposal["id"], "--timeout", "60"],
+        env={**os.environ, "KUBECONFIG": kubectl.kubeconfig},
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert approve.returncode == 0, approve.stderr
+    assert proposal["id"] in approve.stdout
 
     def applied() -> dict[str, Any] | None:
         current = cgp(kubectl, namespace, "approve")
         status = current.get("status") or {}
-        annotations = current["metadata"].get("annotations") or {}
         done = (
             status.get("epoch", 0) > epoch
             and not status.get("proposal")
-            and "groupops.dev/approve" not in annotations
+            and status.get("approvedProposal") == proposal["id"]
         )
         return current if done else None
 
@@ -208,8 +221,13 @@ def test_deletion_removes_everything_the_policy_owns(
     epochs = EpochWatch()
     kubectl.apply(policy("gone", 2), namespace)
     converged(kubectl, namespace, "gone", 2, epochs)
+    assert kubectl.get_json("cgp", "gone", namespace)["metadata"].get("finalizers") in (None, [])
     kubectl.run("delete", "cgp", "gone", "-n", namespace, "--wait=true", "--timeout=60s")
+    assert kubectl.get_json("cgp", "gone", namespace) is None, "no finalizer holds the policy"
     selector = "groupops.dev/policy=gone"
-    for kind in ("pods", "leases", "configmaps", "roles", "rolebindings", "serviceaccounts"):
-        assert kubectl.items(kind, namespace, selector) == [], kind
-    assert kubectl.get_json("cgp", "gone", namespace) is None
+    kinds = ("pods", "leases", "configmaps", "roles", "rolebindings", "serviceaccounts")
+
+    def all_gone() -> bool:  # the operator removes them (this stack runs no garbage collector)
+        return all(kubectl.items(kind, namespace, selector) == [] for kind in kinds)
+
+    wait_for("everything the policy owned to be removed", all_gone, timeout=60)

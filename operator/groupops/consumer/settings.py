@@ -89,7 +89,7 @@ class LeaseSettings:
 
     duration_s: how long the operator waits, by its own clock, before judging an unrenewed Lease
     expired; failover takes about this long. renew_interval_s: one renewal per interval (the
-    DESIGN's "every second"). renew_deadline_s: the replica stops consuming everything when its
+    "every second" of docs/design.md §9). renew_deadline_s: the replica stops consuming everything when its
     last successful renewal was *sent* longer ago than this; below the duration so the replica
     has stopped before the operator can judge it expired (leader election's renewDeadline).
     request_timeout_s: one API request's budget, so a hung connection cannot eat the deadline.
@@ -406,7 +406,14 @@ def _kafka_properties(env: Mapping[str, str]) -> dict[str, str]:
             # Secret volumes hold `..data` links and dot-directories beside the keys.
             if path.name.startswith(".") or not path.is_file():
                 continue
-            properties[path.name] = path.read_text(encoding="utf-8").strip()
+            try:
+                properties[path.name] = path.read_text(encoding="utf-8").strip()
+            except OSError as e:  # e.g. mode 0440 without the pod's fsGroup (docs/image.md)
+                raise ConsumerConfigError(
+                    "GROUPOPS_KAFKA_AUTH_DIR",
+                    f"cannot read {path}: {e.strerror}; a pod running as a non-root user needs "
+                    "securityContext.fsGroup to read the mounted Secret",
+                ) from e
     reserved = sorted(_RESERVED_KAFKA & set(properties))
     if reserved:
         raise ConsumerConfigError(

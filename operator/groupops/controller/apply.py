@@ -5,11 +5,18 @@ object is unchanged when everything the desired object says is already so (field
 adds, such as defaults and status, do not count), except for the fields of EXACT_FIELDS, which
 must be equal (a plan ConfigMap with an identity too many is not "the same plus something").
 
-Updates are full replaces carrying the read `resourceVersion`, so two writers can never interleave
-silently: a stale one gets `Conflict` and re-reads (the plan's epoch relies on this). A create that
-meets an existing object (a restart raced its own earlier create) re-reads and compares instead of
-failing, so re-running a step is always safe; except for the plan ConfigMap (`exclusive_create`),
-which is never written over without being read first.
+Writes (docs/design.md §13.4):
+- ServiceAccounts, Roles and RoleBindings are written with server-side apply under the operator's
+  field manager: it creates them or sets exactly the fields the operator states, so labels,
+  annotations and fields other writers (a policy engine, a mesh, a person) own stay. An update
+  carries the read `resourceVersion` as a precondition: a stale writer gets `Conflict`.
+- The plan ConfigMap is one versioned document of the plan protocol: created only if absent
+  (`exclusive_create`: whoever created it first wrote a plan from its own reading, which the
+  caller must read before writing over it) and replaced whole with compare-and-swap on its
+  `resourceVersion`, so that an identity key the plan no longer has is gone (apply would keep a
+  key its create left in another manager's name). Labels and annotations of other writers are
+  carried over.
+- Pods and Leases are only created and deleted (CREATE_ONLY).
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ EXACT_FIELDS: Mapping[str, frozenset[str]] = {
     "Role": frozenset({"rules"}),
     "RoleBinding": frozenset({"subjects", "roleRef"}),
 }
+
+OWN_PREFIX = "groupops.dev/"
 
 CREATE_ONLY = frozenset({"Pod", "Lease"})
 """Pods are replaced by the rollout step, not updated in place; a Lease belongs to its consumer
@@ -95,7 +104,12 @@ def apply(
 
     kind = str(desired["kind"])
     name = str(desired["metadata"]["name"])
+    applied = kind not in CREATE_ONLY and not exclusive_create
     if existing is None:
+        if applied:
+            created = client.apply(desired)
+            logger.info("created %s %s", kind, name)
+            return Outcome.CREATED, created
         try:
             created = client.create(desired)
         except AlreadyExists:
@@ -111,8 +125,33 @@ def apply(
     if kind in CREATE_ONLY or is_unchanged(existing, desired):
         logger.debug("unchanged %s %s", kind, name)
         return Outcome.UNCHANGED, dict(existing)
-    body = copy.deepcopy(dict(desired))
-    body["metadata"] = {**body["metadata"], "resourceVersion": existing["metadata"]["resourceVersion"]}
-    replaced = client.replace(body)
+    version = existing["metadata"]["resourceVersion"]
+    if applied:
+        body = copy.deepcopy(dict(desired))
+        body["metadata"] = {**body["metadata"], "resourceVersion": version}
+        written = client.apply(body)
+    else:
+        written = client.replace(_with_foreign_metadata(desired, existing, version))
     logger.info("updated %s %s", kind, name)
-    return Outcome.UPDATED, replaced
+    return Outcome.UPDATED, written
+
+
+def _with_foreign_metadata(
+    desired: Mapping[str, Any], existing: Mapping[str, Any], version: str
+) -> dict[str, Any]:
+    """`desired` for a whole replace: the read resourceVersion, and the labels and annotations
+    other writers put on the object (keys the desired object does not state and that are not
+    in the operator's own `groupops.dev/` space, which a plan drops when it no longer needs them)."""
+    body = copy.deepcopy(dict(desired))
+    meta = body["metadata"]
+    have = existing.get("metadata") or {}
+    for field in ("labels", "annotations"):
+        foreign = {
+            key: value
+            for key, value in (have.get(field) or {}).items()
+            if key not in (meta.get(field) or {}) and not key.startswith(OWN_PREFIX)
+        }
+        if foreign:
+            meta[field] = {**foreign, **(meta.get(field) or {})}
+    meta["resourceVersion"] = version
+    return body

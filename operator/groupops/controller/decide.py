@@ -4,11 +4,14 @@ Pure apart from reading the run's context: given the spec, the lag, the identiti
 published plan it returns a `Decision` (where partitions should go, or nothing to do, and what
 status shows); the reconcile then runs the handoff step towards that target and publishes.
 Manual approval: a plan that moves partitions between taking-part identities waits in
-status.proposal until the annotation groupops.dev/approve=true.
+status.proposal, under an id, until spec.rebalance.approvedProposal names that id; an id approves
+once (docs/design.md §13.1).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -17,7 +20,6 @@ from typing import Any
 
 from groupops.controller.context import RunContext, iso
 from groupops.controller.identities import IdentityView
-from groupops.controller.names import ANNOTATION_APPROVE
 from groupops.controller.publish import moves_between, normalized
 from groupops.controller.render_plan import ObservedPlan
 from groupops.controller.spec import PolicySpec
@@ -44,6 +46,8 @@ class Decision:
     imbalance: float
     proposal: dict[str, Any] | None = None
     approved: bool = False
+    approved_id: str | None = None
+    approval_note: str | None = None  # why spec.rebalance.approvedProposal approved nothing
     waiting: str | None = None  # "DryRun" / "AwaitingApproval" / None
     published: bool = False
 
@@ -121,27 +125,40 @@ def decide(  # noqa: PLR0917 - one call site, the reconcile's named steps
     if spec.dry_run:
         return replace(keep, target=None, shown=entries, imbalance=after["imbalance"], waiting="DryRun")
     if spec.rebalance.approval == "manual" and observed is not None and moves > 0 and not paused:
-        return _manual(run, keep, entries)
+        return _manual(run, spec, keep, entries, base_epoch=previous.epoch)
     return keep
 
 
-def _manual(run: RunContext, keep: Decision, entries: dict[str, tuple[TopicPartition, ...]]) -> Decision:
-    """approval: manual. A standing proposal for the same identities and generation is kept (lag
-    moves would otherwise rewrite it every tick); the annotation `groupops.dev/approve: "true"`
-    makes it the target, and is then removed."""
+def _manual(
+    run: RunContext,
+    spec: PolicySpec,
+    keep: Decision,
+    entries: dict[str, tuple[TopicPartition, ...]],
+    *,
+    base_epoch: int,
+) -> Decision:
+    """approval: manual. A standing proposal for the same identities and spec is kept (lag moves
+    would otherwise rewrite it every tick); spec.rebalance.approvedProposal naming its id makes it
+    the target. Nothing is written to the policy: status.approvedProposal remembers the id, and a
+    later proposal has another id (it starts from a later epoch), so an approval left in Git
+    approves nothing more."""
     standing = run.status.get("proposal") or {}
     standing_assignment = assignment_from_status(standing.get("assignment"))
+    digest = spec_digest(run.body.get("spec"))
     if (
         standing_assignment is not None
+        and standing.get("id")
         and set(standing_assignment) == set(entries)
-        and standing.get("generation") == run.policy.generation
+        and standing.get("specDigest") == digest
     ):
         proposed = standing_assignment
         proposal = dict(standing)
     else:
         proposed = entries
         proposal = {
-            "generation": run.policy.generation,
+            "id": proposal_id(run.policy.uid, base_epoch, entries),
+            "baseEpoch": base_epoch,
+            "specDigest": digest,
             "trigger": keep.trigger,
             "moves": keep.moves,
             "maxMemberLagBefore": round(float(keep.max_lag_before or 0.0), 3),
@@ -149,10 +166,35 @@ def _manual(run: RunContext, keep: Decision, entries: dict[str, tuple[TopicParti
             "createdAt": iso(run.now),
             "assignment": assignment_to_status(entries),
         }
-    approved = (run.body.get("metadata", {}).get("annotations") or {}).get(ANNOTATION_APPROVE) == "true"
-    if approved:
-        return replace(keep, target=proposed, approved=True)
-    return replace(keep, target=None, proposal=proposal, waiting="AwaitingApproval")
+    approved = spec.rebalance.approved_proposal
+    if approved is not None and approved == proposal["id"]:
+        return replace(keep, target=proposed, approved=True, approved_id=approved)
+    note = None
+    if approved is not None:
+        note = f"spec.rebalance.approvedProposal names {approved}, " + (
+            "which was applied already"
+            if approved == run.status.get("approvedProposal")
+            else "which is not the standing proposal"
+        )
+    return replace(keep, target=None, proposal=proposal, waiting="AwaitingApproval", approval_note=note)
+
+
+def proposal_id(policy_uid: str, base_epoch: int, assignment: Mapping[str, Sequence[TopicPartition]]) -> str:
+    """The same policy, starting epoch and assignment always get the same id (a standby that
+    takes over proposes under the id people already saw); another epoch gets another id."""
+    text = json.dumps(
+        [policy_uid, base_epoch, assignment_to_status({k: tuple(v) for k, v in assignment.items()})],
+        sort_keys=True,
+    )
+    return "p-" + hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def spec_digest(spec: Any) -> str:
+    """The spec as far as a proposal depends on it: everything but the approval itself."""
+    trimmed = dict(spec or {})
+    rebalance = {k: v for k, v in (trimmed.get("rebalance") or {}).items() if k != "approvedProposal"}
+    trimmed["rebalance"] = rebalance
+    return hashlib.sha256(json.dumps(trimmed, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def seconds_since(stamp: Any, now: datetime) -> float | None:

@@ -1,22 +1,26 @@
-"""The kopf handlers: thin. Each one takes the policy's lock, runs `reconcile`, and translates
-its outcome into kopf's terms; nothing here decides anything about plans or objects.
+"""The kopf handlers: thin. Each policy has one loop (`policy_loop`) that takes the policy's lock,
+runs `reconcile`, and translates its outcome into a retry delay; nothing here decides anything
+about plans or objects.
 
-    create / update / resume  -> reconcile (update fires on spec, label and annotation changes,
-                                 e.g. the approval annotation; never on our own status writes)
-    daemon (one per policy)   -> reconcile every tick (lag, liveness, the rebalance interval), and
-                                 between ticks when a Lease of the policy changed what the plan
-                                 depends on or a held Lease ran out (`wakeup`)
-    a policy's Lease changed   -> note it on the policy's LeaseClock; wake its daemon if needed
+    a policy's watch event    -> start its loop if none runs (the first run is at once); wake it
+                                 when its generation, labels or annotations changed; stop it and
+                                 remove what it owns when the policy is gone
+    the loop (one per policy) -> reconcile every tick (lag, liveness, the rebalance interval), and
+                                 between ticks when the policy changed, when a Lease of the policy
+                                 changed what the plan depends on or a held Lease ran out (`wakeup`)
+    a policy's Lease changed  -> note it on the policy's LeaseClock; wake its loop if needed
                                  (a listener of the Lease watch cache, `cache`: kopf does not
                                  watch Leases, so the operator never receives other Leases)
-    delete                    -> remove everything the policy owns (the test stack and some
-                                 clusters run no garbage collector, so owner references alone
-                                 are not relied on), then kopf lifts the finalizer
 
-Failures: `ReconcileFailure(transient=True)` -> kopf.TemporaryError with a doubling delay (each
-attempt logged with its number; the daemon waits the same delay); otherwise kopf.PermanentError on
-change handlers (status already says why; the next spec change runs again) and the next tick in
-the daemon.
+The operator writes nothing into a policy but its status (docs/design.md §13.1): no kopf change
+handlers (their diff base and progress would live in the policy), no kopf daemon (kopf puts a
+finalizer on every object a daemon runs for). A policy deleted while the operator runs has what it
+owns removed at once; otherwise the owner references leave it to Kubernetes' garbage collector. A
+finalizer of an earlier version (`groupops.dev/finalizer`) is lifted by kopf, which no longer
+needs it.
+
+Failures: `ReconcileFailure(transient=True)` -> the loop waits a doubling delay (each attempt
+logged with its number); otherwise the next tick (status already says why).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import logging
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
@@ -56,7 +61,7 @@ OWNED_KINDS = (
 """Deletion order: consumers first, then what they read, then their permissions."""
 
 _LOCK_WAIT_S = 60.0
-_DAEMON_STOP_S = 5.0
+_LOOP_STOP_S = 5.0
 
 
 def _plain(value: Any) -> Any:
@@ -68,23 +73,18 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _memory(memo: Any, body: Any = None, deps: Deps | None = None) -> PolicyMemory:
-    """The policy's memory. A new one starts from this process's sightings of its Leases (a
-    standby that just took over judges expiry from what it watched while standing by), counts
-    every Lease in heartbeat mode as heard now (heartbeats the previous leader granted were
-    answered before this process led: docs/design.md §7.5), and from now on receives the
-    heartbeats this process grants."""
-    memory = memo.get("groupops")
-    if memory is None:
-        memory = memo.setdefault("groupops", PolicyMemory())
-        if deps is not None and body is not None:
-            namespace, name = _key(body)
-            if deps.sightings is not None:
-                deps.sightings.seed(memory.clock, namespace, name)
-            if deps.heartbeats is not None:
-                _hear_heartbeat_leases(memory.clock, deps, namespace, name)
-                deps.heartbeats.attach(namespace, name, memory.clock)
-    assert isinstance(memory, PolicyMemory)
+def _new_memory(deps: Deps, namespace: str, name: str) -> PolicyMemory:
+    """A policy's memory. It starts from this process's sightings of its Leases (a standby that
+    just took over judges expiry from what it watched while standing by), counts every Lease in
+    heartbeat mode as heard now (heartbeats the previous leader granted were answered before this
+    process led: docs/design.md §7.5), and from now on receives the heartbeats this process
+    grants."""
+    memory = PolicyMemory()
+    if deps.sightings is not None:
+        deps.sightings.seed(memory.clock, namespace, name)
+    if deps.heartbeats is not None:
+        _hear_heartbeat_leases(memory.clock, deps, namespace, name)
+        deps.heartbeats.attach(namespace, name, memory.clock)
     return memory
 
 
@@ -117,17 +117,16 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
 
     @kopf.on.startup(registry=registry)
     def configure(*, settings: kopf.OperatorSettings, **_: Any) -> None:
-        # kopf's bookkeeping in annotations under its own prefix (status belongs to the CRD schema;
-        # kopf ignores every annotation of its prefix, and groupops.dev/approve must trigger updates).
+        # Where kopf would keep bookkeeping if a handler ever needed it: the old finalizer's name
+        # (kopf lifts it from policies of earlier versions) and status, never annotations.
         settings.persistence.finalizer = "groupops.dev/finalizer"
-        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kopf.groupops.dev")
-        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-            prefix="kopf.groupops.dev", key="last-handled-configuration"
+        settings.persistence.progress_storage = kopf.StatusProgressStorage(field="status.kopf.progress")
+        settings.persistence.diffbase_storage = kopf.StatusDiffBaseStorage(
+            field="status.kopf.last-handled-configuration"
         )
         settings.posting.level = logging.WARNING  # our Events say what happened; kopf's would repeat it
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330
-        settings.execution.max_workers = deps.settings.reconcile.workers  # the change handlers
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -135,8 +134,8 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
         return info
 
     pool = ThreadPoolExecutor(max_workers=settings.reconcile.workers, thread_name_prefix="reconcile")
-    memories: dict[tuple[str, str], PolicyMemory] = {}
-    """The memory of every policy whose daemon runs, for the Lease watch to reach."""
+    loops: dict[tuple[str, str], _PolicyLoop] = {}
+    """The loop of every policy the operator knows, for the watches to reach."""
 
     def reconcile_locked(body: Any, memory: PolicyMemory) -> bool:
         """One reconcile under the policy's lock (waiting for a run in progress); False when the
@@ -152,24 +151,12 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
             log.info("%s: epoch %d published (%s)", _name(body), result.epoch, result.trigger)
         return True
 
-    def run(body: Any, memo: Any, retry: int) -> None:
-        """A change handler's reconcile: failures go to kopf."""
-        try:
-            done = reconcile_locked(body, _memory(memo, body, deps))
-        except ReconcileFailure as failure:
-            if failure.transient:
-                delay = settings.reconcile.backoff(retry + 1)
-                log.info("retry %d of %s in %.0fs: %s", retry + 1, _name(body), delay, failure)
-                raise kopf.TemporaryError(str(failure), delay=delay) from failure
-            raise kopf.PermanentError(str(failure)) from failure
-        if not done:
-            raise kopf.TemporaryError("another reconcile of this policy is still running", delay=1.0)
-
     def run_in_loop(body: Any, memory: PolicyMemory) -> float | None:
-        """The daemon's reconcile (in a worker thread): returns a retry delay after a transient
-        failure, else None. Never raises: the loop must outlive every failure."""
+        """One reconcile (in a worker thread): returns a retry delay after a transient failure,
+        else None. Never raises: the loop must outlive every failure."""
         try:
-            reconcile_locked(body, memory)
+            if not reconcile_locked(body, memory):
+                return 1.0  # another run of this policy holds the lock
         except ReconcileFailure as failure:
             if not failure.transient:
                 return None  # status says why; the next tick tries again
@@ -182,18 +169,8 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
             return settings.reconcile.backoff(1)
         return None
 
-    @kopf.on.create(*resource, registry=registry)
-    @kopf.on.update(*resource, registry=registry)
-    @kopf.on.resume(*resource, registry=registry)
-    def on_change(*, body: kopf.Body, memo: kopf.Memo, retry: int, **_: Any) -> None:
-        run(body, memo, retry)
-
-    @kopf.daemon(*resource, registry=registry, cancellation_timeout=_DAEMON_STOP_S)
-    async def policy_loop(*, body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any) -> None:
-        # `body` is kopf's live view: every run reads the policy as last seen.
-        memory = _memory(memo, body, deps)
-        key = _key(body)
-        memories[key] = memory
+    async def policy_loop(entry: _PolicyLoop) -> None:
+        memory = entry.memory
         loop = asyncio.get_running_loop()
 
         def poke() -> None:  # from another thread, e.g. a lag read that landed late
@@ -201,17 +178,17 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
 
         memory.poke = poke
         tick = settings.reconcile.tick_seconds
-        next_tick = time.monotonic() + tick
+        next_tick = time.monotonic()  # a policy just seen is reconciled at once
         judged_until = time.monotonic()
-        stopping = asyncio.ensure_future(_stop_signal(stopped))  # ends a wait at once on shutdown
+        stopping = asyncio.ensure_future(entry.stopped.wait())  # ends a wait at once on stop
         try:
-            while not stopped:
+            while not entry.stopped.is_set():
                 wake_at = next_wake(
                     now=time.monotonic(), next_tick=next_tick, clock=memory.clock, judged_until=judged_until
                 )
                 woken = await memory.wakeup.wait_until(wake_at, interrupt=stopping)
                 now = time.monotonic()
-                if stopped:
+                if entry.stopped.is_set():
                     break
                 if not (
                     woken
@@ -219,22 +196,60 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
                     or expiry_due(now=now, clock=memory.clock, judged_until=judged_until)
                 ):
                     continue  # the Lease we woke for was renewed meanwhile
-                delay = await loop.run_in_executor(pool, run_in_loop, body, memory)
+                delay = await loop.run_in_executor(pool, run_in_loop, entry.body, memory)
                 judged_until = now
                 next_tick = time.monotonic() + (delay if delay is not None else tick)
         finally:
             stopping.cancel()
-            if memories.get(key) is memory:
-                del memories[key]
             if deps.heartbeats is not None:
-                deps.heartbeats.detach(*key, memory.clock)
+                deps.heartbeats.detach(*entry.key, memory.clock)
+
+    async def stop(entry: _PolicyLoop) -> None:
+        entry.stopped.set()
+        if entry.task is not None:
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(asyncio.shield(entry.task), timeout=_LOOP_STOP_S)
+            if not entry.task.done():
+                entry.task.cancel()
+
+    @kopf.on.event(*resource, registry=registry)
+    async def on_policy(*, type: str | None, body: kopf.Body, **_: Any) -> None:
+        key = _key(body)
+        entry = loops.get(key)
+        if type == "DELETED":
+            if entry is not None:
+                del loops[key]
+                await stop(entry)
+                await asyncio.get_running_loop().run_in_executor(pool, cleanup, key, entry.memory)
+            return
+        plain = _plain(body)
+        if entry is None or entry.task is None or entry.task.done():
+            entry = _PolicyLoop(key=key, body=plain, memory=_new_memory(deps, *key))
+            loops[key] = entry
+            entry.task = asyncio.create_task(policy_loop(entry), name=f"policy {key[0]}/{key[1]}")
+            return
+        before, entry.body = entry.body, plain
+        if _essence(before) != _essence(plain):
+            entry.memory.wakeup.poke()  # the spec (or a label, an annotation) changed: run now
+
+    def cleanup(key: tuple[str, str], memory: PolicyMemory) -> None:
+        namespace, name = key
+        with memory.lock:
+            try:
+                deleted = delete_owned(deps, namespace, name)
+            except KubeError as e:  # the garbage collector removes the rest (owner references)
+                log.warning("%s/%s deleted; removing what it owned failed: %s", namespace, name, e)
+                return
+        deps.metrics.forget(namespace, name)
+        log.info("%s/%s deleted with %d owned objects", namespace, name, deleted)
 
     def on_lease(event_type: str, body: dict[str, Any]) -> None:
-        """A Lease event of the cache, run in kopf's loop (as the daemons and their Wakeup)."""
+        """A Lease event of the cache, run in kopf's loop (as the policy loops and their Wakeup)."""
         meta = body.get("metadata", {})
-        memory = memories.get((str(meta.get("namespace")), str(meta.get("labels", {}).get(LABEL_POLICY))))
-        if memory is None:
-            return  # its policy's daemon is not running (yet): the policy's first run reads it
+        entry = loops.get((str(meta.get("namespace")), str(meta.get("labels", {}).get(LABEL_POLICY))))
+        if entry is None:
+            return  # its policy is not known (yet): the policy's first run reads it
+        memory = entry.memory
         name = str(meta.get("name"))
         lease = None if event_type == "DELETED" else body
         if lease is not None:
@@ -251,7 +266,7 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
     @kopf.on.startup(registry=registry)
     async def follow_leases(**_: Any) -> None:
         if deps.caches is None:
-            log.warning("no watch caches: Lease changes wake no daemon (each waits for its tick)")
+            log.warning("no watch caches: Lease changes wake no policy loop (each waits for its tick)")
             return
         loop = asyncio.get_running_loop()
 
@@ -263,32 +278,33 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
         lease_listeners.append(from_watch_thread)
 
     @kopf.on.cleanup(registry=registry)
-    async def unfollow_leases(**_: Any) -> None:
+    async def stop_everything(**_: Any) -> None:
         if deps.caches is not None:
             for listener in lease_listeners:
                 deps.caches.leases.remove_listener(listener)
         lease_listeners.clear()
-
-    @kopf.on.delete(*resource, registry=registry)
-    def on_delete(*, body: kopf.Body, memo: kopf.Memo, retry: int, **_: Any) -> None:
-        meta = body.get("metadata", {})
-        namespace, name = str(meta.get("namespace")), str(meta.get("name"))
-        memory = _memory(memo)
-        with memory.lock:
-            try:
-                deleted = delete_owned(deps, namespace, name)
-            except KubeError as e:
-                raise kopf.TemporaryError(
-                    f"cleanup failed: {e}", delay=settings.reconcile.backoff(retry + 1)
-                ) from e
-        deps.metrics.forget(namespace, name)
-        log.info("%s/%s deleted with %d owned objects", namespace, name, deleted)
+        entries = list(loops.values())
+        loops.clear()
+        await asyncio.gather(*(stop(entry) for entry in entries))
 
     return registry
 
 
-async def _stop_signal(stopped: kopf.DaemonStopped) -> None:
-    await stopped.wait()
+@dataclass(slots=True, kw_only=True)
+class _PolicyLoop:
+    """One policy's loop: the policy as last seen (the loop reconciles it), its memory, its task."""
+
+    key: tuple[str, str]
+    body: dict[str, Any]
+    memory: PolicyMemory
+    stopped: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+
+def _essence(body: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What a person changes (status, resourceVersion and managedFields are not it)."""
+    meta = body.get("metadata") or {}
+    return (meta.get("generation"), meta.get("labels"), meta.get("annotations"), body.get("spec"))
 
 
 def _key(body: Any) -> tuple[str, str]:

@@ -79,6 +79,7 @@ class PodView:
     template_hash: str
     ready: bool
     terminating: bool
+    service_account: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,6 +118,7 @@ def _pod_views(pods: Iterable[Mapping[str, Any]]) -> dict[int, PodView]:
             template_hash=str(labels.get(LABEL_TEMPLATE_HASH, "")),
             ready=pod_ready(pod),
             terminating=meta.get("deletionTimestamp") is not None,
+            service_account=str((pod.get("spec") or {}).get("serviceAccountName") or ""),
         )
     return views
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 from groupops.planner.wire import dns_name, identity_name, lease_name, plan_configmap_name
 
 __all__ = [
-    "ANNOTATION_APPROVE",
     "ANNOTATION_GENERATION",
     "ANNOTATION_IDENTITY",
     "ANNOTATION_MEMBERS",
@@ -30,6 +29,7 @@ __all__ = [
     "owned_selector",
     "plan_configmap_name",
     "pod_name",
+    "shared_account_name",
 ]
 
 API_GROUP = "groupops.dev"
@@ -43,7 +43,6 @@ LABEL_TEMPLATE_HASH = "groupops.dev/template-hash"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "groupops"
 
-ANNOTATION_APPROVE = "groupops.dev/approve"
 ANNOTATION_RESET_OFFSETS = "groupops.dev/reset-offsets"
 """A `groupops reset-offsets` request (controller/offset_reset.py); its outcome is in
 status.offsetReset."""
@@ -52,7 +51,14 @@ ANNOTATION_IDENTITY = "groupops.dev/identity"  # an annotation: group ids can ex
 ANNOTATION_GENERATION = "groupops.dev/policy-generation"
 
 
-def consumer_account_name(policy: str) -> str:
+def consumer_account_name(policy: str, ordinal: int) -> str:
+    """The ServiceAccount (and its Role and RoleBinding) of one replica: what it may do is its own
+    (docs/design.md §13.3)."""
+    return dns_name(f"{policy}-consumer-{ordinal}")
+
+
+def shared_account_name(policy: str) -> str:
+    """The one account all replicas of a policy shared before 0.2 (removed once no pod uses it)."""
     return dns_name(f"{policy}-consumer")
 
 

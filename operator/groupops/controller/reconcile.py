@@ -40,10 +40,11 @@ from groupops.controller.context import (
     RunContext,
 )
 from groupops.controller.decide import Decision, decide
+from groupops.controller.guard import GuardError
 from groupops.controller.identities import IdentityView, identity_view, pod_ordinals
+from groupops.controller.kafkaguard import check_kafka_properties
 from groupops.controller.lagread import counts_from_plan, zero_lag
 from groupops.controller.names import (
-    ANNOTATION_APPROVE,
     API_GROUP,
     API_VERSION,
     KIND,
@@ -52,8 +53,10 @@ from groupops.controller.names import (
     owned_selector,
     plan_configmap_name,
     pod_name,
+    shared_account_name,
 )
 from groupops.controller.native import BrokerAgreement, compare_with_broker, read_broker_agreement
+from groupops.controller.podguard import check_pod_template
 from groupops.controller.publish import Fence, floor_plan, member_states, normalized, step
 from groupops.controller.render_common import PolicyRef
 from groupops.controller.render_plan import (
@@ -65,7 +68,7 @@ from groupops.controller.render_plan import (
 )
 from groupops.controller.report import fail, write_status
 from groupops.controller.spec import PolicySpec, SpecError, parse_policy
-from groupops.kubeapi import Conflict, KubeError, NotFound, Rejected
+from groupops.kubeapi import Conflict, Forbidden, KubeError, NotFound, Rejected
 from groupops.lag import (
     LagAuthorizationError,
     LagError,
@@ -81,6 +84,7 @@ from groupops.lag.reset import apply_reset, read_reset
 from groupops.model import MemberId, TopicPartition
 from groupops.planner.handoff import HandoffError, HandoffResult, fence_epoch, predicted_plan
 from groupops.planner.plan_format import PublishedPlan, fence_annotations, lease_record
+from groupops.planner.plan_size import plan_configmap_problem
 from groupops.planner.wire import PlanFormatError
 
 __all__ = ["Deps", "PolicyMemory", "ReconcileFailure", "ReconcileResult", "reconcile"]
@@ -114,6 +118,12 @@ def _reconcile(run: RunContext) -> ReconcileResult:
         spec = parse_policy(run.body.get("spec"))
     except SpecError as e:
         fail(run, "InvalidSpec", str(e), transient=False)
+    refusals = [
+        *check_pod_template(spec.consumers.template, run.deps.settings.guard),
+        *check_kafka_properties(spec.kafka.properties, run.deps.settings.guard),
+    ]
+    if refusals:
+        fail(run, "Refused", str(GuardError(refusals)), transient=False)
     ns = run.policy.namespace
 
     # -- observe ---------------------------------------------------------------------------------
@@ -233,6 +243,7 @@ def _reconcile(run: RunContext) -> ReconcileResult:
         broker=broker,
         degraded=degraded,
         offset_reset=reset.status,
+        in_progress=_in_progress(now_plan, view, replicas),
     )
     return ReconcileResult(
         epoch=now_plan.epoch,
@@ -243,6 +254,17 @@ def _reconcile(run: RunContext) -> ReconcileResult:
 
 
 # -- steps ---------------------------------------------------------------------------------------
+
+
+def _in_progress(plan: PublishedPlan, view: IdentityView, replicas: int) -> str | None:
+    """What the operator still works toward on its own (status Reconciling=True), or None."""
+    if plan.releasing:
+        return f"{len(plan.releasing)} partitions wait for their previous owners to release them"
+    if view.draining:
+        return f"draining {', '.join(sorted(view.draining))} before its pod is replaced"
+    if view.ready < replicas:
+        return f"{view.ready} of {replicas} replicas ready"
+    return None
 
 
 class _OffsetReset:
@@ -339,7 +361,16 @@ def _auth_config(run: RunContext, spec: PolicySpec) -> dict[str, str]:
     """The librdkafka properties of the auth Secret (for the operator's own lag reads)."""
     if not spec.kafka.auth_secret:
         return {}
-    secret = run.deps.reader.get("v1", "Secret", run.policy.namespace, spec.kafka.auth_secret)
+    try:
+        secret = run.deps.reader.get("v1", "Secret", run.policy.namespace, spec.kafka.auth_secret)
+    except Forbidden as e:
+        fail(
+            run,
+            "AuthSecretForbidden",
+            f"the operator may not read Secret {spec.kafka.auth_secret!r} (spec.kafka.authSecretRef.name): "
+            f"list it in the chart's kafkaAuthSecrets ({e})",
+            transient=False,
+        )
     if secret is None:
         fail(
             run,
@@ -349,7 +380,13 @@ def _auth_config(run: RunContext, spec: PolicySpec) -> dict[str, str]:
             transient=True,
         )
     data = secret.get("data") or {}
-    return {key: base64.b64decode(value).decode("utf-8", "replace") for key, value in data.items()}
+    config = {key: base64.b64decode(value).decode("utf-8", "replace") for key, value in data.items()}
+    refusals = check_kafka_properties(
+        config, run.deps.settings.guard, where=f"Secret {spec.kafka.auth_secret}"
+    )
+    if refusals:
+        fail(run, "Refused", str(GuardError(refusals)), transient=False)
+    return config
 
 
 def _broker_agreement(
@@ -631,6 +668,9 @@ def _publish(
         term=None if leadership is None else leadership.term,
     )
     _check_may_write_plan(run, configmap)
+    too_large = plan_configmap_problem(desired["data"], desired["metadata"].get("annotations") or {})
+    if too_large is not None:  # refused before the API server would (design §7.1): the last plan runs
+        fail(run, "PlanTooLarge", too_large, transient=False, degraded=True)
     if result.changed:
         _record_epoch(run, result.published.epoch)
     apply(run.deps.client, desired, configmap, log=run.log, exclusive_create=True)
@@ -658,8 +698,6 @@ def _publish(
         f"{decision.moves} moves, max member lag {decision.max_lag_after:,.0f} (was {before}){waiting}",
     )
     run.log.info("published plan epoch %d (%s)%s", epoch, decision.trigger or "handoff", waiting)
-    if decision.approved:
-        _clear_approval(run)
     return result.published
 
 
@@ -697,14 +735,34 @@ def _record_epoch(run: RunContext, epoch: int) -> None:
 
 
 def _apply_account(run: RunContext, view: IdentityView) -> None:
+    """One ServiceAccount, Role and RoleBinding per ordinal with a slot or a pod; those of other
+    ordinals go, and the account all replicas shared before (design §13.3) once no pod uses it."""
     client, reader, ns = run.deps.client, run.deps.reader, run.policy.namespace
-    account = render_rbac.render_service_account(run.policy)
-    identities = sorted(view.identities_by_ordinal.values())
-    role = render_rbac.render_role(run.policy, [lease_name(run.policy.name, i) for i in identities])
-    binding = render_rbac.render_role_binding(run.policy)
-    for desired in (account, role, binding):
-        existing = reader.get(desired["apiVersion"], desired["kind"], ns, desired["metadata"]["name"])
-        apply(client, desired, existing, log=run.log)
+    wanted: set[str] = set()
+    for ordinal, identity in sorted(view.identities_by_ordinal.items()):
+        lease = lease_name(run.policy.name, identity)
+        for desired in (
+            render_rbac.render_service_account(run.policy, ordinal),
+            render_rbac.render_role(run.policy, ordinal, lease),
+            render_rbac.render_role_binding(run.policy, ordinal),
+        ):
+            wanted.add(desired["metadata"]["name"])
+            existing = reader.get(desired["apiVersion"], desired["kind"], ns, desired["metadata"]["name"])
+            apply(client, desired, existing, log=run.log)
+    shared = shared_account_name(run.policy.name)
+    shared_in_use = any(pod.service_account == shared for pod in view.pods.values())
+    for api_version, kind in _ACCOUNT_KINDS:
+        for obj in reader.list(api_version, kind, ns, label_selector=owned_selector(run.policy.name)):
+            name = obj["metadata"]["name"]
+            if name not in wanted and not (name == shared and shared_in_use):
+                apply(client, None, obj, log=run.log)
+
+
+_ACCOUNT_KINDS = (
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("v1", "ServiceAccount"),
+)
 
 
 def _apply_leases(
@@ -722,16 +780,6 @@ def _apply_leases(
         if name not in wanted:
             apply(run.deps.client, None, lease, log=run.log)
             run.memory.clock.forget(MemberId(name))
-
-
-def _clear_approval(run: RunContext) -> None:
-    run.deps.client.patch(
-        f"{API_GROUP}/{API_VERSION}",
-        KIND,
-        run.policy.namespace,
-        run.policy.name,
-        {"metadata": {"annotations": {ANNOTATION_APPROVE: None}}},
-    )
 
 
 def _apply_pods(

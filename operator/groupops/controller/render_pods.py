@@ -47,6 +47,7 @@ from groupops.controller.names import (
     plan_configmap_name,
     pod_name,
 )
+from groupops.controller.podguard import harden_pod_template
 from groupops.controller.render_common import PolicyRef, object_meta, owner_reference
 from groupops.controller.settings import ConsumerSettings
 from groupops.controller.spec import OnErrorSpec, PolicySpec
@@ -66,6 +67,9 @@ CONSUMER_CONTAINER = "consumer"
 AUTH_MOUNT_PATH = "/etc/groupops/kafka-auth"
 AUTH_VOLUME = "groupops-kafka-auth"
 ZONE_LABEL = "topology.kubernetes.io/zone"
+RENDERING = 2
+"""Bumped when every policy's pods are rendered differently (2: one ServiceAccount per ordinal and
+the guard's secure defaults, docs/design.md §13.3), so that an upgrade rolls them one at a time."""
 CLIENT_RACK = "client.rack"
 """The librdkafka property that carries a pod's zone to Kafka (KIP-881 assignors, KIP-392)."""
 
@@ -148,6 +152,7 @@ def template_hash(policy: PolicyRef, spec: PolicySpec, settings: ConsumerSetting
         "auth": spec.kafka.auth_secret,
         "image": settings.image,
         "command": list(settings.command),
+        "rendering": RENDERING,
     }
     if settings.heartbeat_addresses:  # absent when off, so turning them on is one rollout
         material["heartbeat"] = list(settings.heartbeat_addresses)
@@ -216,11 +221,12 @@ def render_pod(
         ]
     containers[index] = container
     pod_spec["containers"] = containers
-    pod_spec["serviceAccountName"] = consumer_account_name(policy.name)
+    pod_spec["serviceAccountName"] = consumer_account_name(policy.name, slot.ordinal)
     pod_spec.setdefault("restartPolicy", "Always")
     if slot.zone is not None:
         pod_spec["affinity"] = _with_zone(pod_spec.get("affinity"), slot.zone)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+    # Secure defaults where the template says nothing (the guard refused what it says unsafely).
+    return harden_pod_template({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec})
 
 
 def _with_zone(affinity: Any, zone: str) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 from groupops.controller.context import ReconcileFailure, RunContext, iso
 from groupops.controller.decide import Decision
 from groupops.controller.identities import IdentityView
-from groupops.controller.names import ANNOTATION_APPROVE, API_GROUP, API_VERSION, KIND, pod_name
+from groupops.controller.names import API_GROUP, API_VERSION, KIND, pod_name
 from groupops.controller.native import BrokerAgreement
 from groupops.controller.spec import PolicySpec
 from groupops.controller.status import Condition, merge_conditions, status_patch
@@ -36,11 +36,13 @@ def write_status(
     broker: BrokerAgreement | None = None,
     degraded: tuple[str, str] | None = None,
     offset_reset: Mapping[str, Any] | None = None,
+    in_progress: str | None = None,
 ) -> bool:
     """`broker`: with delivery native, how Kafka's actual assignment compares with the
     prediction; it decides PlanApplied (the replicas follow Kafka, not the plan). `degraded`:
     the reason and message when the run planned without fresh lag (Degraded=True).
-    `offset_reset`: status.offsetReset when this run changed it (None: kept)."""
+    `offset_reset`: status.offsetReset when this run changed it (None: kept). `in_progress`: what
+    the operator still works toward on its own (Reconciling=True), None when it is done."""
     lag_of = {tp: snapshot.lags[tp.topic][tp.partition] for tp in all_partitions(snapshot)}
     shown = decision.shown
     members = []
@@ -94,7 +96,7 @@ def write_status(
             waiting or "Published",
             {
                 "DryRun": "dry run: nothing is applied",
-                "AwaitingApproval": f"a proposal waits for the annotation {ANNOTATION_APPROVE}=true",
+                "AwaitingApproval": awaiting_approval_message(decision.proposal, decision.approval_note),
             }.get(waiting or "", f"consumers follow epoch {epoch}"),
         )
         if broker is None or waiting is not None
@@ -107,6 +109,10 @@ def write_status(
         Condition("Degraded", False, "AsExpected", "")
         if degraded is None
         else Condition("Degraded", True, degraded[0], degraded[1]),
+        Condition("Reconciling", False, "Reconciled", "")
+        if in_progress is None
+        else Condition("Reconciling", True, "Progressing", in_progress),
+        Condition("Stalled", False, "AsExpected", ""),
     ]
     merged = merge_conditions(
         run.status.get("conditions"), conditions, generation=run.policy.generation, now=iso(run.now)
@@ -124,6 +130,7 @@ def write_status(
         "imbalance": round(float(decision.imbalance), 3),
         "lastRebalance": last,
         "proposal": decision.proposal,
+        "approvedProposal": decision.approved_id or run.status.get("approvedProposal"),
         "brokerAssignment": None if broker is None else broker.to_status(),
         "offsetReset": run.status.get("offsetReset") if offset_reset is None else dict(offset_reset),
     }
@@ -234,6 +241,16 @@ def patch_status(run: RunContext, desired: Mapping[str, Any]) -> bool:
     return True
 
 
+def awaiting_approval_message(proposal: Mapping[str, Any] | None, note: str | None) -> str:
+    """What a person must do to apply the standing proposal (and why a stale approval did not)."""
+    ident = (proposal or {}).get("id", "")
+    text = (
+        f"proposal {ident} waits for approval: set spec.rebalance.approvedProposal: {ident} "
+        f"(or run `groupops approve POLICY --proposal {ident}`)"
+    )
+    return f"{text}; {note}" if note else text
+
+
 def fail(run: RunContext, reason: str, message: str, *, transient: bool, degraded: bool = False) -> NoReturn:
     """Report a failure in status (keeping every figure of the last good run) and raise."""
     run.log.warning("%s: %s", reason, message)
@@ -251,6 +268,17 @@ def fail(run: RunContext, reason: str, message: str, *, transient: bool, degrade
             Condition("Ready", False, reason, message),
             Condition("PlanApplied", False, reason, message),
             Condition("Degraded", False, "AsExpected", ""),
+        ]
+    # kstatus: a failure the operator retries is progress still to come; any other waits for a person.
+    if transient:
+        conditions += [
+            Condition("Reconciling", True, reason, message),
+            Condition("Stalled", False, "AsExpected"),
+        ]
+    else:
+        conditions += [
+            Condition("Reconciling", False, "Stalled"),
+            Condition("Stalled", True, reason, message),
         ]
     desired = {key: status.get(key) for key in status}
     desired["observedGeneration"] = run.policy.generation

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from groupops.controller.guard import GuardAllowlist
 from groupops.planner.handoff import DEFAULT_LEASE_DURATION_S
 from groupops.planner.liveness import parse_addresses
 
@@ -166,3 +167,5 @@ class Settings:
     """None: no election (one operator by construction, e.g. a developer's run)."""
     heartbeat: HeartbeatSettings | None = None
     """None: replicas prove liveness by renewing their Lease every second (one API write each)."""
+    guard: GuardAllowlist = field(default_factory=GuardAllowlist)
+    """What policies may ask beyond the restricted defaults (controller/podguard.py)."""

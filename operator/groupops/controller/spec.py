@@ -1,10 +1,31 @@
 """The ConsumerGroupPolicy spec as frozen values: parse, default, validate across fields.
 
-Stage: first step of every reconcile. The CRD's schema (crds/consumergrouppolicy.yaml) rejects
-most bad input at the API server; this module repeats those checks (the operator must not trust
-that the schema it runs against is the one it ships) and adds what only the operator can judge
-against itself, e.g. priorities for identities beyond the replica count. Every failure is a
-`SpecError` whose `field` is the path in the resource (`spec.consumers.priorities.orders-7`).
+Stage: first step of every reconcile (controller/reconcile.py). The CRD's schema
+(crds/consumergrouppolicy.yaml) rejects most bad input at the API server; this module repeats
+those checks (the operator must not trust that the schema it runs against is the one it ships) and
+adds what only the operator can judge against itself, e.g. priorities for identities beyond the
+replica count. Every failure is a `SpecError` whose `field` is the path in the resource
+(`spec.consumers.priorities.orders-7`).
+
+How, in the style of the `groupops assign` contract (contract.py, docs/design.md §5):
+1. msgspec converts the mapping into structs that mirror the schema (`spec_schema.PolicyDoc`):
+   types, bounds, lengths, patterns and enums as `Meta` constraints and `Literal`s, the schema's
+   defaults as field defaults, and unknown fields refused in every object the schema closes.
+   Free-form as in the schema: `kafka.properties` (any key, string values) and the pod
+   template's `spec` (a PodSpec, judged by the API server when the pods are created); also each
+   lag source's settings object but `static`, as the source parses its own (lag/<type>.py).
+2. msgspec's first error becomes a SpecError (`_spec_error`): its path,
+   `$.consumers.priorities[...]`, is followed through the spec and the structs' declared types
+   at once, giving `spec.consumers.priorities.orders-7` (msgspec does not name a dict's keys),
+   and the message is said from the declared type: `expected an integer in [0, 1000000], got -1`.
+3. What a schema cannot say is plain code on the decoded structs: the schema's CEL rules across
+   fields, and what only the operator judges (durations like "1m30s", priorities beyond the
+   replica count, the onError backoff against maxPollIntervalSeconds, ...).
+4. The result is the frozen dataclasses below, the operator's view of the policy (seconds rather
+   than "60s", `auth_secret` rather than `authSecretRef.name`). The pod template is handed on as
+   written: render_pods copies it and its hash decides rollouts.
+
+Errors: `SpecError` (a ValueError); controller/guard.py's `GuardError` is one.
 
 Pure: a mapping in, `PolicySpec` out.
 """
@@ -13,13 +34,33 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+import types
+import typing
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Final, Literal
 
-from groupops.assign import STRATEGY_NAMES
+import msgspec
+from msgspec import Meta
+
+from groupops.contract import plain_message, split_validation_message
+from groupops.controller.spec_schema import (
+    APPROVALS,
+    DEFAULT_MAX_POLL_INTERVAL_S,
+    DELIVERIES,
+    ERROR_ACTIONS,
+    NATIVE_STRATEGIES,
+    ConsumersDoc,
+    KafkaDoc,
+    LagSourceDoc,
+    OnErrorDoc,
+    PolicyDoc,
+    RebalanceDoc,
+    StaticDoc,
+    TemplateDoc,
+)
 from groupops.lag.registry import SOURCE_TYPES
-from groupops.planner.onerror import MAX_RETRIES, ErrorAction, total_backoff_s
+from groupops.planner.onerror import ErrorAction, total_backoff_s
 from groupops.planner.wire import identity_ordinal
 
 __all__ = [
@@ -40,19 +81,7 @@ __all__ = [
     "parse_policy",
 ]
 
-NATIVE_STRATEGIES = frozenset({"range", "roundrobin", "cooperative-sticky"})
-DELIVERIES = ("plan", "native")
-APPROVALS = ("auto", "manual")
-OFFSET_RESETS = ("earliest", "latest")
-MAX_REPLICAS = 1000
-ERROR_ACTIONS = tuple(action.value for action in ErrorAction)
-MAX_PRIORITY = 1_000_000
-DEFAULT_MAX_POLL_INTERVAL_S = 300
-"""Kafka's max.poll.interval.ms default (also the CRD's, and the consumer's without the variable)."""
-MAX_POLL_INTERVAL_RANGE = (5, 86_400)
 _LIBRDKAFKA_SESSION_TIMEOUT_MS = 45_000
-_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
-_GROUP = re.compile(r"^[a-zA-Z0-9._-]{1,200}$")
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(ms|s|m|h))+$")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -97,12 +126,14 @@ class LagSourceSpec:
 class RebalanceSpec:
     """interval_seconds: replan at least this often; imbalance_threshold: replan sooner when the
     published plan's max member lag exceeds its lower bound by this factor; max_moves: cap per
-    rebalance (None: none); approval: auto, or manual (a proposal waits for an annotation)."""
+    rebalance (None: none); approval: auto, or manual (a proposal waits in status until
+    `approved_proposal` names its id: docs/design.md §13.1)."""
 
     interval_seconds: float = 60.0
     imbalance_threshold: float = 1.2
     max_moves: int | None = None
     approval: str = "auto"
+    approved_proposal: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -159,6 +190,9 @@ class PolicySpec:
     dry_run: bool = False
 
 
+# -- parse -------------------------------------------------------------------------------------------
+
+
 def parse_duration(text: str, *, where: str) -> float:
     """'60s', '1m30s', '500ms', '2h' -> seconds."""
     if not isinstance(text, str) or not _DURATION.match(text):
@@ -167,159 +201,124 @@ def parse_duration(text: str, *, where: str) -> float:
 
 
 def parse_policy(spec: Any) -> PolicySpec:
-    """Parse `spec` of a ConsumerGroupPolicy; SpecError on the first problem found."""
-    root = _obj(spec, "spec", required=True)
-    group_id = _str(root, "groupId", "spec.groupId", required=True)
-    if not _GROUP.match(group_id):
-        raise SpecError("spec.groupId", "use letters, digits, '.', '_' and '-' only (at most 200)")
-    topics = _topics(root.get("topics"))
-    kafka = _kafka(_obj(root.get("kafka"), "spec.kafka", required=True))
-    strategy = _strategy(_obj(root.get("strategy"), "spec.strategy"))
-    lag_source = _lag_source(_obj(root.get("lagSource"), "spec.lagSource"), topics)
-    rebalance = _rebalance(_obj(root.get("rebalance"), "spec.rebalance"))
-    consumers = _consumers(_obj(root.get("consumers"), "spec.consumers"), group_id, strategy)
+    """Parse `spec` of a ConsumerGroupPolicy; SpecError on the first problem found: msgspec's
+    (types, bounds, shapes, unknown fields), then the rules across fields."""
+    if spec is None:
+        raise SpecError("spec", "required")
+    try:
+        doc = msgspec.convert(spec, PolicyDoc)
+    except msgspec.ValidationError as e:
+        raise _spec_error(str(e), spec) from e
+    topics = _topics(doc.topics)
+    kafka = _kafka(doc.kafka)
+    strategy = StrategySpec(
+        type=doc.strategy.type,
+        auto_offset_reset=doc.strategy.auto_offset_reset,
+        rack_aware=doc.strategy.rack_aware,
+        failback=doc.strategy.failback,
+    )
+    lag_source = _lag_source(doc.lag_source, topics)
+    rebalance = _rebalance(doc.rebalance)
+    # As written, not rebuilt from `TemplateDoc`: render_pods copies it and its hash decides rollouts.
+    template: Mapping[str, Any] = spec.get("consumers", {}).get("template") or {}
+    consumers = _consumers(doc.consumers, doc.group_id, strategy, template)
     if consumers.delivery == "native" and rebalance.approval == "manual":
         raise SpecError(
             "spec.rebalance.approval", "manual approval needs delivery: plan (Kafka assigns in native)"
         )
     _check_max_poll_interval(consumers, kafka)
-    dry_run = _bool(root, "dryRun", "spec.dryRun", False)
     return PolicySpec(
         kafka=kafka,
-        group_id=group_id,
+        group_id=doc.group_id,
         topics=topics,
         strategy=strategy,
         lag_source=lag_source,
         rebalance=rebalance,
         consumers=consumers,
-        dry_run=dry_run,
+        dry_run=doc.dry_run,
     )
 
 
-def _topics(raw: Any) -> tuple[str, ...]:
-    if not isinstance(raw, list) or not raw:
-        raise SpecError("spec.topics", "give at least one topic")
+def _topics(topics: tuple[str, ...]) -> tuple[str, ...]:
     seen: set[str] = set()
-    for index, topic in enumerate(raw):
+    for index, topic in enumerate(topics):
         where = f"spec.topics[{index}]"
-        if not isinstance(topic, str) or not _TOPIC.match(topic) or topic in (".", ".."):
-            raise SpecError(where, f"not a valid Kafka topic name: {topic!r}")
+        if topic in (".", ".."):
+            raise SpecError(where, f"not a valid Kafka topic name: {topic!r} (Kafka refuses '.' and '..')")
         if topic in seen:
             raise SpecError(where, f"topic {topic!r} listed twice")
         seen.add(topic)
-    return tuple(raw)
+    return topics
 
 
-def _kafka(raw: Mapping[str, Any]) -> KafkaSpec:
-    servers = _str(raw, "bootstrapServers", "spec.kafka.bootstrapServers", required=True)
-    secret_ref = _obj(raw.get("authSecretRef"), "spec.kafka.authSecretRef")
-    secret = _str(secret_ref, "name", "spec.kafka.authSecretRef.name", required=True) if secret_ref else None
-    properties = _obj(raw.get("properties"), "spec.kafka.properties")
-    for key, value in properties.items():
-        if not isinstance(value, str):
-            raise SpecError(f"spec.kafka.properties.{key}", "values are strings (librdkafka properties)")
+def _kafka(doc: KafkaDoc) -> KafkaSpec:
+    for key in doc.properties:
         if "password" in key or key.endswith((".key", ".pem")) or "secret" in key:
             raise SpecError(
                 f"spec.kafka.properties.{key}", "secrets belong in the authSecretRef Secret, not the spec"
             )
-    return KafkaSpec(bootstrap_servers=servers, auth_secret=secret, properties=dict(properties))
-
-
-def _strategy(raw: Mapping[str, Any]) -> StrategySpec:
-    kind = _str(raw, "type", "spec.strategy.type", default="lag")
-    if kind not in STRATEGY_NAMES:
-        raise SpecError(
-            "spec.strategy.type", f"unknown strategy {kind!r}: choose one of {', '.join(STRATEGY_NAMES)}"
-        )
-    reset = _str(raw, "autoOffsetReset", "spec.strategy.autoOffsetReset", default="latest")
-    if reset not in OFFSET_RESETS:
-        raise SpecError("spec.strategy.autoOffsetReset", f"choose earliest or latest, got {reset!r}")
-    return StrategySpec(
-        type=kind,
-        auto_offset_reset=reset,
-        rack_aware=_bool(raw, "rackAware", "spec.strategy.rackAware", False),
-        failback=_bool(raw, "failback", "spec.strategy.failback", True),
+    return KafkaSpec(
+        bootstrap_servers=doc.bootstrap_servers,
+        auth_secret=doc.auth_secret_ref.name if doc.auth_secret_ref else None,
+        properties=doc.properties,
     )
 
 
-def _lag_source(raw: Mapping[str, Any], topics: tuple[str, ...]) -> LagSourceSpec:
-    kind = _str(raw, "type", "spec.lagSource.type", default="kafka")
-    if kind not in SOURCE_TYPES:
-        raise SpecError(
-            "spec.lagSource.type", f"unknown lag source {kind!r}: choose one of {', '.join(SOURCE_TYPES)}"
-        )
+def _lag_source(doc: LagSourceDoc, topics: tuple[str, ...]) -> LagSourceSpec:
+    kind = doc.type
     for other in SOURCE_TYPES:
-        if other != kind and other in raw:
+        if other != kind and getattr(doc, other, None) is not None:
             raise SpecError(
                 f"spec.lagSource.{other}", f"settings for {other!r} but lagSource.type is {kind!r}"
             )
-    settings = _obj(raw.get(kind), f"spec.lagSource.{kind}")
-    if kind in ("prometheus", "burrow", "static", "forecast") and not settings:
+    settings = getattr(doc, kind, None)
+    if kind != "kafka" and not settings:
         raise SpecError(f"spec.lagSource.{kind}", f"lagSource.type {kind} needs its settings object")
-    if kind == "static":
-        lags = _obj(settings.get("lags"), "spec.lagSource.static.lags", required=True)
-        for topic, values in lags.items():
-            where = f"spec.lagSource.static.lags.{topic}"
+    if isinstance(settings, StaticDoc):
+        for topic in settings.lags:
             if topic not in topics:
-                raise SpecError(where, f"topic {topic!r} is not in spec.topics")
-            if not isinstance(values, list) or not values:
-                raise SpecError(where, "give one lag per partition")
-            for index, value in enumerate(values):
-                if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                    raise SpecError(f"{where}[{index}]", f"lag must be a non-negative integer, got {value!r}")
-    return LagSourceSpec(type=kind, settings=dict(settings))
+                raise SpecError(
+                    f"spec.lagSource.static.lags.{topic}", f"topic {topic!r} is not in spec.topics"
+                )
+        return LagSourceSpec(type=kind, settings={"lags": settings.lags})
+    return LagSourceSpec(type=kind, settings=settings or {})
 
 
-def _rebalance(raw: Mapping[str, Any]) -> RebalanceSpec:
-    interval = parse_duration(raw.get("interval", "60s"), where="spec.rebalance.interval")
+def _rebalance(doc: RebalanceDoc) -> RebalanceSpec:
+    interval = parse_duration(doc.interval, where="spec.rebalance.interval")
     if interval < 1:
         raise SpecError("spec.rebalance.interval", "must be at least 1s")
-    threshold = raw.get("imbalanceThreshold", 1.2)
-    if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 1.0 <= threshold <= 100.0:
-        raise SpecError(
-            "spec.rebalance.imbalanceThreshold", f"expected a number in [1, 100], got {threshold!r}"
-        )
-    max_moves = raw.get("maxMovesPerRebalance")
-    if max_moves is not None:
-        max_moves = _int_in(max_moves, "spec.rebalance.maxMovesPerRebalance", 1, 1_000_000)
-    approval = _str(raw, "approval", "spec.rebalance.approval", default="auto")
-    if approval not in APPROVALS:
-        raise SpecError("spec.rebalance.approval", f"choose auto or manual, got {approval!r}")
     return RebalanceSpec(
         interval_seconds=interval,
-        imbalance_threshold=float(threshold),
-        max_moves=max_moves,
-        approval=approval,
+        imbalance_threshold=doc.imbalance_threshold,
+        max_moves=doc.max_moves_per_rebalance,
+        approval=doc.approval,
+        approved_proposal=doc.approved_proposal,
     )
 
 
-def _consumers(raw: Mapping[str, Any], group_id: str, strategy: StrategySpec) -> ConsumersSpec:
-    if "replicas" in raw and "autoscale" in raw:
+def _consumers(
+    doc: ConsumersDoc, group_id: str, strategy: StrategySpec, template: Mapping[str, Any]
+) -> ConsumersSpec:
+    if doc.replicas is not None and doc.autoscale is not None:
         raise SpecError("spec.consumers.autoscale", "set either replicas or autoscale, not both")
-    replicas = _int_in(raw.get("replicas", 1), "spec.consumers.replicas", 0, MAX_REPLICAS)
+    replicas = 1 if doc.replicas is None else doc.replicas
     autoscale = None
-    if "autoscale" in raw:
-        scale = _obj(raw["autoscale"], "spec.consumers.autoscale")
-        minimum = _int_in(scale.get("min", 1), "spec.consumers.autoscale.min", 0, MAX_REPLICAS)
-        maximum = _int_in(scale.get("max"), "spec.consumers.autoscale.max", 1, MAX_REPLICAS)
-        if minimum > maximum:
-            raise SpecError("spec.consumers.autoscale.min", f"min {minimum} is above max {maximum}")
-        target = _int_in(
-            scale.get("targetLagPerReplica"), "spec.consumers.autoscale.targetLagPerReplica", 1, 10**15
+    if doc.autoscale is not None:
+        scale = doc.autoscale
+        if scale.min > scale.max:
+            raise SpecError("spec.consumers.autoscale.min", f"min {scale.min} is above max {scale.max}")
+        autoscale = AutoscaleSpec(
+            minimum=scale.min, maximum=scale.max, target_lag_per_replica=scale.target_lag_per_replica
         )
-        autoscale = AutoscaleSpec(minimum=minimum, maximum=maximum, target_lag_per_replica=target)
-        replicas = minimum
-    delivery = _str(raw, "delivery", "spec.consumers.delivery", default="plan")
-    if delivery not in DELIVERIES:
-        raise SpecError("spec.consumers.delivery", f"choose plan or native, got {delivery!r}")
-    if delivery == "native" and strategy.type not in NATIVE_STRATEGIES:
+        replicas = scale.min
+    if doc.delivery == "native" and strategy.type not in NATIVE_STRATEGIES:
         raise SpecError(
             "spec.consumers.delivery",
             f"native delivery works with {', '.join(sorted(NATIVE_STRATEGIES))} only, not {strategy.type!r}",
         )
     max_replicas = autoscale.maximum if autoscale else replicas
-    priorities: dict[str, int] = {}
-    for identity, value in _obj(raw.get("priorities"), "spec.consumers.priorities").items():
+    for identity in doc.priorities:
         where = f"spec.consumers.priorities.{identity}"
         ordinal = identity_ordinal(group_id, identity)
         if ordinal is None:
@@ -333,64 +332,43 @@ def _consumers(raw: Mapping[str, Any], group_id: str, strategy: StrategySpec) ->
                 if max_replicas
                 else f"unknown identity {identity!r}: the policy runs no replica",
             )
-        priorities[identity] = _int_in(value, where, 0, MAX_PRIORITY)
-    zones = raw.get("zones", [])
-    if not isinstance(zones, list) or not all(isinstance(z, str) and z for z in zones):
-        raise SpecError("spec.consumers.zones", "expected a list of zone names")
-    if zones and not strategy.rack_aware:
+    if doc.zones and not strategy.rack_aware:
         raise SpecError(
             "spec.consumers.zones", "zones place replicas for rack-aware plans: set strategy.rackAware"
         )
-    template = _obj(raw.get("template"), "spec.consumers.template")
-    _check_template(template)
-    low, high = MAX_POLL_INTERVAL_RANGE
-    max_poll_interval = _int_in(
-        raw.get("maxPollIntervalSeconds", DEFAULT_MAX_POLL_INTERVAL_S),
-        "spec.consumers.maxPollIntervalSeconds",
-        low,
-        high,
-    )
+    _check_template(doc.template)
     return ConsumersSpec(
         replicas=replicas,
         autoscale=autoscale,
-        priorities=priorities,
-        delivery=delivery,
-        zones=tuple(zones),
+        priorities=doc.priorities,
+        delivery=doc.delivery,
+        zones=doc.zones,
         template=template,
-        max_poll_interval_seconds=max_poll_interval,
-        on_error=_on_error(_obj(raw.get("onError"), "spec.consumers.onError"), max_poll_interval),
+        max_poll_interval_seconds=doc.max_poll_interval_seconds,
+        on_error=_on_error(doc.on_error, doc.max_poll_interval_seconds),
     )
 
 
-def _on_error(raw: Mapping[str, Any], max_poll_interval: int) -> OnErrorSpec:
+def _on_error(doc: OnErrorDoc, max_poll_interval: int) -> OnErrorSpec:
     where = "spec.consumers.onError"
-    retries = _int_in(raw.get("retries", 3), f"{where}.retries", 0, MAX_RETRIES)
-    backoff: float | None = None
-    if "backoffSeconds" in raw:
-        value = raw["backoffSeconds"]
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 30:
-            raise SpecError(
-                f"{where}.backoffSeconds", f"expected a number of seconds from 0 to 30, got {value!r}"
-            )
-        backoff = float(value)
-        waited = total_backoff_s(backoff, retries)
+    if doc.backoff_seconds is not None:
+        waited = total_backoff_s(doc.backoff_seconds, doc.retries)
         if waited > max_poll_interval / 2:
             raise SpecError(
                 f"{where}.backoffSeconds",
-                f"{retries} retries wait {waited:g} s in all, over half of maxPollIntervalSeconds "
+                f"{doc.retries} retries wait {waited:g} s in all, over half of maxPollIntervalSeconds "
                 f"({max_poll_interval}): fewer retries or a shorter backoff",
             )
-    action = _str(raw, "action", f"{where}.action", default="stop")
-    if action not in ERROR_ACTIONS:
-        raise SpecError(f"{where}.action", f"choose {', '.join(ERROR_ACTIONS)}, got {action!r}")
-    topic = _str(raw, "deadLetterTopic", f"{where}.deadLetterTopic") or None
-    if action == "deadLetter" and topic is None:
+    topic = doc.dead_letter_topic
+    if doc.action == ErrorAction.DEAD_LETTER and topic is None:
         raise SpecError(
             f"{where}.deadLetterTopic", "action deadLetter needs the topic to write failed records to"
         )
-    if topic is not None and action != "deadLetter":
-        raise SpecError(f"{where}.deadLetterTopic", f"only used with action deadLetter, not {action!r}")
-    return OnErrorSpec(retries=retries, backoff_seconds=backoff, action=action, dead_letter_topic=topic)
+    if topic is not None and doc.action != ErrorAction.DEAD_LETTER:
+        raise SpecError(f"{where}.deadLetterTopic", f"only used with action deadLetter, not {doc.action!r}")
+    return OnErrorSpec(
+        retries=doc.retries, backoff_seconds=doc.backoff_seconds, action=doc.action, dead_letter_topic=topic
+    )
 
 
 def _check_max_poll_interval(consumers: ConsumersSpec, kafka: KafkaSpec) -> None:
@@ -416,9 +394,9 @@ def _check_max_poll_interval(consumers: ConsumersSpec, kafka: KafkaSpec) -> None
         )
 
 
-def _check_template(template: Mapping[str, Any]) -> None:
-    spec = _obj(template.get("spec"), "spec.consumers.template.spec")
-    containers = spec.get("containers", [])
+def _check_template(template: TemplateDoc | None) -> None:
+    """The one thing render_pods needs of the free-form PodSpec: named containers."""
+    containers = ((template.spec if template else None) or {}).get("containers", [])
     if not isinstance(containers, list):
         raise SpecError("spec.consumers.template.spec.containers", "expected a list of containers")
     for index, container in enumerate(containers):
@@ -428,37 +406,104 @@ def _check_template(template: Mapping[str, Any]) -> None:
             )
 
 
-def _obj(raw: Any, where: str, *, required: bool = False) -> Mapping[str, Any]:
-    if raw is None:
-        if required:
-            raise SpecError(where, "required")
-        return {}
-    if not isinstance(raw, Mapping):
-        raise SpecError(where, f"expected an object, got {type(raw).__name__}")
-    return raw
+# -- msgspec's error as a SpecError -----------------------------------------------------------------
+
+_STEP: Final = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
+_ABSENT: Final = object()
+_UNKNOWN_FIELD: Final = (
+    "unknown field: not part of the ConsumerGroupPolicy schema (crds/consumergrouppolicy.yaml)"
+)
+_SHOWN_AT_MOST: Final = 80
+# Values not repeated in messages: a misplaced secret must not reach status and Events.
+_NOT_SHOWN_UNDER: Final = "spec.kafka.properties"
 
 
-def _str(raw: Mapping[str, Any], key: str, where: str, *, required: bool = False, default: str = "") -> str:
-    value = raw.get(key)
-    if value is None:
-        if required:
-            raise SpecError(where, "required")
-        return default
-    if not isinstance(value, str) or (required and not value):
-        raise SpecError(where, f"expected a non-empty string, got {value!r}")
-    return value
+def _spec_error(text: str, spec: Any) -> SpecError:
+    """msgspec's first error ("Expected `int` <= 1000 - at `$.consumers.replicas`") as a
+    SpecError on the resource path (`spec.consumers.replicas`), in our words."""
+    message, path = split_validation_message(text)
+    where, declared, value = _locate(path, spec)
+    if message.startswith("Object missing required field `"):
+        return SpecError(f"{where}.{message.split('`')[1]}", "required")
+    if message.startswith("Object contains unknown field `"):
+        return SpecError(f"{where}.{message.split('`')[1]}", _UNKNOWN_FIELD)
+    shown = value is not _ABSENT and not where.startswith(_NOT_SHOWN_UNDER)
+    return SpecError(where, _our_words(message, declared, f", got {_shown(value)}" if shown else ""))
 
 
-def _bool(raw: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
-    value = raw.get(key, default)
-    if not isinstance(value, bool):
-        raise SpecError(where, f"expected true or false, got {value!r}")
-    return value
+def _locate(path: str, spec: Any) -> tuple[str, Any, Any]:
+    """Follow msgspec's path (`.consumers.priorities[...]`) through the spec and the declared
+    types together: the resource path, with the key of a dict's entry where msgspec writes
+    `[...]` (the first entry that does not convert: msgspec stops at the first error, in the
+    same order), the declared type there, and the value there (_ABSENT where there is none)."""
+    where, declared, value = "spec", PolicyDoc, spec
+    for name, index in _STEP.findall(path):
+        container, _ = _unwrap(declared)
+        if name:
+            declared = {f.encode_name: f.type for f in msgspec.structs.fields(container)}[name]
+            value = value.get(name, _ABSENT) if isinstance(value, Mapping) else _ABSENT
+            where = f"{where}.{name}"
+        elif index == "...":
+            declared = typing.get_args(container)[1]
+            key = _failing_key(value, declared)
+            value = _ABSENT if key is None else value[key]
+            where = f"{where}[...]" if key is None else f"{where}.{key}"
+        else:
+            declared = typing.get_args(container)[0]
+            position = int(index)
+            listed = isinstance(value, Sequence) and not isinstance(value, str) and position < len(value)
+            value = value[position] if listed else _ABSENT
+            where = f"{where}[{index}]"
+    return where, declared, value
 
 
-def _int_in(value: Any, where: str, low: int, high: int) -> int:
-    if value is None:
-        raise SpecError(where, "required")
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise SpecError(where, f"expected an integer in [{low}, {high}], got {value!r}")
-    return value
+def _failing_key(entries: Any, declared: Any) -> Any:
+    if isinstance(entries, Mapping):
+        for key, entry in entries.items():
+            try:
+                msgspec.convert(entry, declared)
+            except msgspec.ValidationError:
+                return key
+    return None
+
+
+def _unwrap(declared: Any) -> tuple[Any, Meta | None]:
+    """The type without `| None` and `Annotated`, and the outermost Meta on the way."""
+    meta: Meta | None = None
+    while True:
+        origin = typing.get_origin(declared)
+        if origin is Annotated:
+            declared, *extras = typing.get_args(declared)
+            meta = meta or next((extra for extra in extras if isinstance(extra, Meta)), None)
+        elif origin is typing.Union or origin is types.UnionType:
+            declared = next(arg for arg in typing.get_args(declared) if arg is not type(None))
+        else:
+            return declared, meta
+
+
+def _our_words(message: str, declared: Any, got: str) -> str:
+    """What the value should be, from the declared type: its description, its choices, its
+    range; else msgspec's words ("expected str of length <= 32")."""
+    kind, meta = _unwrap(declared)
+    if message.endswith("(in a key)"):
+        return plain_message(message)
+    if meta is not None and meta.description:
+        return f"expected {meta.description}{got}"
+    if typing.get_origin(kind) is Literal:
+        return f"choose one of {', '.join(typing.get_args(kind))}{got}"
+    if kind is bool:
+        return f"expected true or false{got}"
+    if kind in (int, float) and meta is not None and meta.ge is not None and meta.le is not None:
+        noun = "an integer" if kind is int else "a number"
+        return f"expected {noun} in [{_number(meta.ge)}, {_number(meta.le)}]{got}"
+    plain = plain_message(message)
+    return plain if ", got " in plain else f"{plain}{got}"
+
+
+def _number(bound: float) -> str:
+    return f"{bound:g}" if isinstance(bound, float) else str(bound)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= _SHOWN_AT_MOST else f"{text[: _SHOWN_AT_MOST - 3]}..."

@@ -1,12 +1,17 @@
 """Status in one place: the conditions and the status object of a policy, and the patch that
 changes only what really changed.
 
-Conditions (all three always present, with `observedGeneration`):
+Conditions (all five always present, with `observedGeneration`; kstatus' conventions, so that
+Flux, Argo CD and `kubectl wait` read them without knowing groupops: docs/design.md §13.2):
     Ready        True when the policy runs as specified (plan published, or reported in a dry run)
     PlanApplied  True when the published plan is the target of the current spec and lag;
                  False with DryRun or AwaitingApproval while a plan waits
     Degraded     True when something is wrong but the last good plan still runs (lag source down,
                  pods rejected)
+    Reconciling  True while the operator works toward the spec on its own (partitions waiting for
+                 release, replicas not ready yet, a transient failure it retries)
+    Stalled      True when nothing moves until a person changes something (an invalid spec, a
+                 pod template the guard refuses, a Secret the operator may not read)
 `lastTransitionTime` moves only when a condition's status flips (as Kubernetes' meta.SetStatusCondition
 does), so a steady policy produces no status write at all.
 """
@@ -25,7 +30,7 @@ __all__ = [
     "status_patch",
 ]
 
-CONDITION_TYPES = ("Ready", "PlanApplied", "Degraded")
+CONDITION_TYPES = ("Ready", "PlanApplied", "Degraded", "Reconciling", "Stalled")
 
 OWNED_STATUS_KEYS = (
     "observedGeneration",
@@ -40,6 +45,7 @@ OWNED_STATUS_KEYS = (
     "imbalance",
     "lastRebalance",
     "proposal",
+    "approvedProposal",
     "brokerAssignment",
     "offsetReset",
 )

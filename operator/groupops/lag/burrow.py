@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from groupops.lag.base import LagSnapshot, LagSourceConfigError, LagSourceUnavailable, UnknownTopicError
-from groupops.lag.httpget import HTTPStatusError, get_json, join_url
+from groupops.lag.httpget import HTTPStatusError, get_json, join_url, log_answer
 
 __all__ = ["BurrowLagSource", "from_spec"]
 
@@ -44,8 +44,8 @@ class BurrowLagSource:
                 ) from e
             raise
         if not isinstance(document, Mapping) or document.get("error"):
-            message = document.get("message") if isinstance(document, Mapping) else None
-            raise LagSourceConfigError(f"Burrow answered an error: {message or 'unexpected answer'}")
+            log_answer(self._url, "Burrow answered an error", document)
+            raise LagSourceConfigError("Burrow answered an error (the operator's log has its answer)")
         found = _partitions(document.get("status"))
         lags: dict[str, tuple[int, ...]] = {}
         for topic in topics:
@@ -73,7 +73,10 @@ def _partitions(status: Any) -> dict[str, dict[int, int]]:
                 int(entry.get("current_lag", 0)),
             )
         except (KeyError, TypeError, ValueError) as e:
-            raise LagSourceConfigError(f"Burrow partition entry not understood: {entry!r}") from e
+            log_answer("Burrow", "partition entry not understood", entry)
+            raise LagSourceConfigError(
+                "Burrow partition entry not understood (the operator's log has it)"
+            ) from e
         found.setdefault(topic, {})[partition] = max(0, lag)
     return found
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from groupops.lag.base import LagSnapshot, LagSourceConfigError, UnknownTopicError
-from groupops.lag.httpget import get_json, join_url
+from groupops.lag.httpget import get_json, join_url, log_answer
 
 __all__ = ["EXPORTERS", "ExporterQuery", "PrometheusLagSource", "from_spec"]
 
@@ -71,8 +71,13 @@ class PrometheusLagSource:
         url = join_url(self._url, "/api/v1/query", {"query": self.query_for(group_id, topics)})
         document = get_json(url, timeout=self._timeout)
         if not isinstance(document, Mapping) or document.get("status") != "success":
-            error = document.get("error") if isinstance(document, Mapping) else None
-            raise LagSourceConfigError(f"Prometheus query failed: {error or 'unexpected answer'}")
+            log_answer(self._url, "Prometheus query failed", document)
+            kind = document.get("errorType") if isinstance(document, Mapping) else None
+            named = f" ({kind})" if isinstance(kind, str) and kind.isidentifier() and len(kind) <= 32 else ""
+            raise LagSourceConfigError(
+                f"Prometheus query failed{named}: check lagSource.prometheus.query (the operator's log has "
+                "Prometheus' answer)"
+            )
         found = self._parse(document.get("data"))
         lags: dict[str, tuple[int, ...]] = {}
         for topic in topics:
@@ -94,9 +99,10 @@ class PrometheusLagSource:
             topic = labels.get(self._exporter.topic_label)
             partition = labels.get(self._exporter.partition_label)
             if topic is None or partition is None or not str(partition).isdigit():
+                log_answer(self._url, "series without topic/partition labels", dict(labels))
                 raise LagSourceConfigError(
-                    f"series without {self._exporter.topic_label}/{self._exporter.partition_label} labels: "
-                    f"{dict(labels)!r}"
+                    f"series without {self._exporter.topic_label}/{self._exporter.partition_label} labels "
+                    "(the operator's log has one)"
                 )
             value = float(series["value"][1])
             lag = 0 if math.isnan(value) or value < 0 else int(value)  # NaN or a negative gauge reads as 0

@@ -79,6 +79,27 @@ class FakeKube:
         self.writes.append(("replace", obj["kind"], meta["name"]))
         return copy.deepcopy(obj)
 
+    def apply(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Server-side apply, as far as the reconcile relies on it: create, or set the stated
+        fields (a stated resourceVersion is a precondition)."""
+        meta = body["metadata"]
+        key = self._key(body["kind"], meta.get("namespace"), meta["name"])
+        current = self.objects.get(key)
+        if current is None:
+            obj = copy.deepcopy(dict(body))
+            obj["metadata"].pop("resourceVersion", None)
+            self.objects[key] = self._stamp(obj)
+            self.writes.append(("apply", obj["kind"], meta["name"]))
+            return copy.deepcopy(obj)
+        wanted_version = meta.get("resourceVersion")
+        if wanted_version is not None and wanted_version != current["metadata"]["resourceVersion"]:
+            raise Conflict(f"{key} changed", status=409, reason="Conflict")
+        merge(current, {k: v for k, v in body.items() if k != "metadata"})
+        merge(current["metadata"], {k: v for k, v in meta.items() if k != "resourceVersion"})
+        self._stamp(current)
+        self.writes.append(("apply", body["kind"], meta["name"]))
+        return copy.deepcopy(current)
+
     def patch(
         self,
         api_version: str,

@@ -102,7 +102,7 @@ def test_pod_is_owned_labelled_and_runs_as_the_consumer_account() -> None:
     assert meta["labels"]["groupops.dev/ordinal"] == "1"
     assert meta["labels"]["team"] == "a"
     assert meta["annotations"]["groupops.dev/identity"] == "orders-processor-1"
-    assert rendered["spec"]["serviceAccountName"] == "orders-consumer"
+    assert rendered["spec"]["serviceAccountName"] == "orders-consumer-1", "each ordinal its own account"
     assert rendered["spec"]["containers"][0]["image"] == "me/consumer:1"
 
 
@@ -177,8 +177,8 @@ def test_zone_becomes_required_node_affinity() -> None:
     ]
 
 
-def test_role_allows_only_the_plan_and_the_own_leases() -> None:
-    role = render_rbac.render_role(POLICY, ["orders-b", "orders-a"])
+def test_role_allows_only_the_plan_and_the_replicas_own_lease() -> None:
+    role = render_rbac.render_role(POLICY, 1, "orders-a")
     assert role["rules"] == [
         {
             "apiGroups": [""],
@@ -189,14 +189,17 @@ def test_role_allows_only_the_plan_and_the_own_leases() -> None:
         {
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],
-            "resourceNames": ["orders-a", "orders-b"],
+            "resourceNames": ["orders-a"],
             "verbs": ["get", "update"],
         },
     ]
-    binding = render_rbac.render_role_binding(POLICY)
+    assert role["metadata"]["name"] == "orders-consumer-1"
+    binding = render_rbac.render_role_binding(POLICY, 1)
     assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "orders-consumer", "namespace": "team-a"}
+        {"kind": "ServiceAccount", "name": "orders-consumer-1", "namespace": "team-a"}
     ]
+    account = render_rbac.render_service_account(POLICY, 1)
+    assert account["metadata"]["name"] == "orders-consumer-1"
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
 
 

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import yaml
 
+from groupops.assign import STRATEGY_NAMES
+from groupops.controller import spec_schema
 from groupops.controller.spec import SpecError, parse_duration, parse_policy
 
 EXAMPLES = sorted((Path(__file__).parents[3] / "examples" / "policies").glob("*.yaml"))
@@ -243,3 +247,174 @@ def test_autoscale_sizes_by_lag_within_bounds() -> None:
         4,
         4,
     ]
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "message"),
+    [
+        pytest.param(
+            with_("consumers", {"replicas": 3, "onError": {"retries": "3"}}),
+            "spec.consumers.onError.retries",
+            "expected an integer in [0, 100], got '3'",
+            id="a-number-in-quotes",
+        ),
+        pytest.param(
+            with_("consumers", {"replicas": 3, "priorities": {"orders-0": 5, "orders-1": "high"}}),
+            "spec.consumers.priorities.orders-1",
+            "expected an integer in [0, 1000000], got 'high'",
+            id="the-key-of-the-bad-entry-of-a-map",
+        ),
+        pytest.param(
+            with_("lagSource", {"type": "static", "static": {"lags": {"orders": [1, "2"]}}}),
+            "spec.lagSource.static.lags.orders[1]",
+            "got '2'",
+            id="an-item-of-a-list-in-a-map",
+        ),
+        pytest.param(
+            with_("consumers", {"replicas": 3, "template": {"metadata": {"labels": {"team": 7}}}}),
+            "spec.consumers.template.metadata.labels.team",
+            "expected str, got int",
+            id="a-label-of-the-pod-template",
+        ),
+        pytest.param(
+            with_("kafka", {"bootstrapServers": "k:9092", "authSecretRef": {"name": ["auth"]}}),
+            "spec.kafka.authSecretRef.name",
+            "expected str, got array",
+            id="a-secret-name-as-a-list",
+        ),
+        pytest.param(
+            with_("strategy", {"rackAware": "yes"}),
+            "spec.strategy.rackAware",
+            "expected true or false, got 'yes'",
+            id="a-boolean-in-words",
+        ),
+        pytest.param(
+            with_("consumers", {"replicas": True}),
+            "spec.consumers.replicas",
+            "expected an integer in [0, 1000], got True",
+            id="a-boolean-for-an-integer",
+        ),
+        pytest.param(
+            with_("strategy", {"type": "random"}),
+            "spec.strategy.type",
+            f"choose one of {', '.join(STRATEGY_NAMES)}, got 'random'",
+            id="a-choice-names-the-choices",
+        ),
+        pytest.param(
+            with_("consumers", {"replicas": 3, "zones": "a,b"}),
+            "spec.consumers.zones",
+            "expected a list of at most 32 zone names, got 'a,b'",
+            id="a-list-as-one-string",
+        ),
+        pytest.param(
+            with_("consumers", {"autoscale": {"targetLagPerReplica": 10}}),
+            "spec.consumers.autoscale.max",
+            "required",
+            id="a-required-field-deep-in-the-spec",
+        ),
+    ],
+)
+def test_a_wrong_type_deep_in_the_spec_names_its_path(spec: dict[str, Any], field: str, message: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_policy(spec)
+    assert caught.value.field == field
+    assert message in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        pytest.param({**BASE, "dryrun": True}, "spec.dryrun", id="at-the-top"),
+        pytest.param(
+            with_("strategy", {"type": "lag", "rackaware": True}), "spec.strategy.rackaware", id="a-typo"
+        ),
+        pytest.param(
+            with_("kafka", {"bootstrapServers": "k:9092", "authSecretRef": {"name": "a", "namespace": "b"}}),
+            "spec.kafka.authSecretRef.namespace",
+            id="secret-in-another-namespace",
+        ),
+        pytest.param(
+            with_("lagSource", {"type": "static", "static": {"lags": {"orders": [1]}, "partitions": 1}}),
+            "spec.lagSource.static.partitions",
+            id="static-lag-settings",
+        ),
+        pytest.param(
+            with_("consumers", {"replicas": 3, "onError": {"retry": 3}}),
+            "spec.consumers.onError.retry",
+            id="on-error",
+        ),
+        pytest.param(
+            with_("consumers", {"replicas": 3, "template": {"containers": [{"name": "consumer"}]}}),
+            "spec.consumers.template.containers",
+            id="containers-outside-the-pod-spec",
+        ),
+        pytest.param(
+            with_("consumers", {"replicas": 3, "template": {"metadata": {"name": "mine"}}}),
+            "spec.consumers.template.metadata.name",
+            id="a-pod-name-in-the-template",
+        ),
+    ],
+)
+def test_an_unknown_field_is_refused_where_the_crd_refuses_it(spec: dict[str, Any], field: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_policy(spec)
+    assert caught.value.field == field
+    assert caught.value.message.startswith("unknown field")
+
+
+def test_free_form_parts_of_the_crd_stay_free_form() -> None:
+    """kafka.properties, a lag source's own settings (the source parses them) and the pod
+    template's spec take any field, and are handed on as written."""
+    spec = with_("lagSource", {"type": "prometheus", "prometheus": {"url": "http://p:9090", "future": 1}})
+    spec["kafka"]["properties"] = {"client.rack": "a", "fetch.max.bytes": "1048576"}
+    template = {
+        "metadata": {"labels": {"team": "x"}},
+        "spec": {"containers": [{"name": "c"}], "anything": [1]},
+    }
+    spec["consumers"]["template"] = template
+    policy = parse_policy(spec)
+    assert policy.lag_source.settings == {"url": "http://p:9090", "future": 1}
+    assert policy.kafka.properties == {"client.rack": "a", "fetch.max.bytes": "1048576"}
+    assert policy.consumers.template is template
+
+
+def test_a_property_value_is_not_repeated_in_the_error() -> None:
+    """A value under kafka.properties may be a misplaced secret: the error names the key only."""
+    spec = copy.deepcopy(BASE)
+    spec["kafka"]["properties"] = {"client.rack": "a", "sasl.username": 123456789}
+    with pytest.raises(SpecError) as caught:
+        parse_policy(spec)
+    assert caught.value.field == "spec.kafka.properties.sasl.username"
+    assert "123456789" not in str(caught.value)
+
+
+CRD = Path(__file__).parents[3] / "crds" / "consumergrouppolicy.yaml"
+# Closed in the CRD, free-form in the parser: each lag source parses its own settings (`from_spec`
+# in lag/<type>.py), and reports a bad one as LagSourceInvalid.
+PARSED_BY_THE_LAG_SOURCE = {"spec.lagSource.kafka", "spec.lagSource.prometheus", "spec.lagSource.burrow"}
+
+
+def closed_in_the_crd(schema: dict[str, Any], path: str = "spec") -> Iterator[tuple[str, Any]]:
+    if "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
+        yield path, (set(schema["properties"]), set(schema.get("required", [])))
+        for name, child in schema["properties"].items():
+            yield from closed_in_the_crd(child, f"{path}.{name}")
+
+
+def closed_in_the_parser(info: Any, path: str = "spec") -> Iterator[tuple[str, Any]]:
+    while isinstance(info, msgspec.inspect.Metadata | msgspec.inspect.UnionType):
+        info = info.type if isinstance(info, msgspec.inspect.Metadata) else info.types[0]
+    if isinstance(info, msgspec.inspect.StructType):
+        assert info.forbid_unknown_fields, path
+        yield path, ({f.encode_name for f in info.fields}, {f.encode_name for f in info.fields if f.required})
+        for f in info.fields:
+            yield from closed_in_the_parser(f.type, f"{path}.{f.encode_name}")
+
+
+def test_the_parser_closes_the_objects_the_crd_closes_with_the_same_fields() -> None:
+    crd = yaml.safe_load(CRD.read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    expected = {
+        path: fields for path, fields in closed_in_the_crd(schema) if path not in PARSED_BY_THE_LAG_SOURCE
+    }
+    assert dict(closed_in_the_parser(msgspec.inspect.type_info(spec_schema.PolicyDoc))) == expected

@@ -144,3 +144,60 @@ def test_burrow_unknown_group_is_transient(server: str) -> None:
 def test_bad_source_settings_are_config_errors(kind: str, spec: dict[str, Any]) -> None:
     with pytest.raises(LagSourceConfigError):
         build_lag_source(kind, spec, CONTEXT)
+
+
+SECRET_ANSWER = "internal-admin-token-3141"
+
+
+@pytest.mark.parametrize(
+    ("kind", "path", "status", "body"),
+    [
+        pytest.param("prometheus", "/api/v1/query", 400, {"error": SECRET_ANSWER}, id="prometheus-4xx"),
+        pytest.param("prometheus", "/api/v1/query", 503, {"error": SECRET_ANSWER}, id="prometheus-5xx"),
+        pytest.param(
+            "prometheus",
+            "/api/v1/query",
+            200,
+            {"status": "error", "errorType": "bad_data", "error": SECRET_ANSWER},
+            id="prometheus-error-answer",
+        ),
+        pytest.param(
+            "prometheus",
+            "/api/v1/query",
+            200,
+            {
+                "status": "success",
+                "data": {"resultType": "vector", "result": [{"metric": {"x": SECRET_ANSWER}}]},
+            },
+            id="prometheus-odd-series",
+        ),
+        pytest.param(
+            "burrow",
+            "/v3/kafka/c/consumer/g/lag",
+            200,
+            {"error": True, "message": SECRET_ANSWER},
+            id="burrow-error",
+        ),
+        pytest.param(
+            "burrow",
+            "/v3/kafka/c/consumer/g/lag",
+            200,
+            {"error": False, "status": {"partitions": [{"topic": SECRET_ANSWER}]}},
+            id="burrow-odd-entry",
+        ),
+        pytest.param(
+            "burrow", "/v3/kafka/c/consumer/g/lag", 500, {"message": SECRET_ANSWER}, id="burrow-5xx"
+        ),
+    ],
+)
+def test_what_a_server_answers_never_reaches_the_error_message(
+    server: str, kind: str, path: str, status: int, body: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Error messages reach the policy's status: a policy author pointing the source at an
+    internal service must not read its answers back. The operator's log keeps them."""
+    Canned.answers[path] = (status, body)
+    settings = {"url": server, **({"cluster": "c"} if kind == "burrow" else {})}
+    with pytest.raises((LagSourceConfigError, LagSourceUnavailable)) as caught:
+        build_lag_source(kind, settings, CONTEXT).read("g", ["t"])
+    assert SECRET_ANSWER not in str(caught.value)
+    assert SECRET_ANSWER in caplog.text
