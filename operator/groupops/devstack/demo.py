@@ -392,10 +392,14 @@ def _signals() -> Iterator[None]:
         raise _Stop
 
     previous = signal.signal(signal.SIGTERM, on_term)
+    # Ctrl-C raises KeyboardInterrupt even when SIGINT arrived ignored: a non-interactive shell
+    # ignores it in what it starts with `&`, and Python then installs no handler of its own.
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
 
 
 def _stop_all(demo: Demo | None, writer: SteadyWriter | None) -> None:
