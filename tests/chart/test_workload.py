@@ -160,6 +160,7 @@ def test_the_guard_allows_nothing_risky_unless_its_values_say_so(chart: Chart) -
             "allowedVolumeTypes": ["nfs"],
             "allowedImageRegistries": ["registry.example.com/team", "ghcr.io/acme"],
             "allowedKafkaProperties": ["ssl.ca.location"],
+            "allowedBootstrapServers": ["*.kafka.example.com:9093"],
         }
     }
     assert guard_args(allowed) == [
@@ -171,6 +172,7 @@ def test_the_guard_allows_nothing_risky_unless_its_values_say_so(chart: Chart) -
         "--allowed-image-registries=registry.example.com/team",
         "--allowed-image-registries=ghcr.io/acme",
         "--allow-kafka-property=ssl.ca.location",
+        "--allowed-bootstrap-servers=*.kafka.example.com:9093",
     ]
     refusal = chart.refusal({"guard": {"allowHostPid": True}})
     assert "'/guard'" in refusal and "'allowHostPid' not allowed" in refusal, refusal

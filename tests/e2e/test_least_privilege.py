@@ -34,6 +34,7 @@ pytestmark = pytest.mark.e2e
 AUTH_SECRET = "kafka-auth"
 OTHER_SECRET = "payroll"
 REGISTRY = "registry.example.com"
+BROKER = "127.0.0.1:9092"
 RBAC_KINDS = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
 
 GOOD: dict[str, Any] = {
@@ -41,7 +42,7 @@ GOOD: dict[str, Any] = {
     "kind": "ConsumerGroupPolicy",
     "metadata": {"name": "good"},
     "spec": {
-        "kafka": {"bootstrapServers": "127.0.0.1:9092", "authSecretRef": {"name": AUTH_SECRET}},
+        "kafka": {"bootstrapServers": BROKER, "authSecretRef": {"name": AUTH_SECRET}},
         "groupId": "orders",
         "topics": ["orders"],
         "lagSource": {"type": "static", "static": {"lags": {"orders": [1, 2, 3, 4]}}},
@@ -149,6 +150,12 @@ HOSTILE = [
         "ssl.ca.pem",
         id="operator-file",
     ),
+    pytest.param(
+        hostile("foreign-broker", bootstrapServers="kafka.evil.io:9093"),
+        "spec.kafka.bootstrapServers",
+        "--allowed-bootstrap-servers",
+        id="broker-not-allowed",
+    ),
 ]
 
 
@@ -207,13 +214,13 @@ def token_kubeconfig(kubectl: Kubectl, namespace: str, account: str, path: Path)
 def restricted_operator(
     kubectl: Kubectl, namespace: str, chart_rbac: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
-    """The operator with the chart's rights only, and an image-registry allowlist."""
+    """The operator with the chart's rights only, and allowlists of image registries and brokers."""
     workdir = tmp_path_factory.mktemp("restricted")
     operator = OperatorProcess(
         kubeconfig=token_kubeconfig(kubectl, namespace, chart_rbac, workdir / "operator.kubeconfig"),
         namespace=namespace,
         log_path=workdir / "operator.log",
-        extra=["--allowed-image-registries", REGISTRY],
+        extra=["--allowed-image-registries", REGISTRY, "--allowed-bootstrap-servers", BROKER],
     )
     operator.start()
     try:

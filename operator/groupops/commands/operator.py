@@ -137,13 +137,21 @@ def operator_command(
             help="A librdkafka property policies may set although the guard refuses it (repeatable).",
         ),
     ] = None,
+    allowed_bootstrap_servers: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-bootstrap-servers",
+            help="Brokers policies may name, host:port or *.domain:port (repeatable; default: any). "
+            "Their auth Secrets' credentials go to no other broker.",
+        ),
+    ] = None,
     verbose: Annotated[bool, options.verbose()] = False,
 ) -> None:
     """Run the operator: reconcile every ConsumerGroupPolicy it watches until stopped.
 
     Policies get what the guard allows (docs/design.md §13.3): the restricted Pod Security profile
     and no librdkafka property that loads code, reads the operator's files or turns verification
-    off, unless the --allow-* options say otherwise."""
+    off, unless the --allow-* options say otherwise; brokers limited by --allowed-bootstrap-servers."""
     from groupops.controller.main import StartupError, run_operator  # noqa: PLC0415 - kopf loads only here
 
     heartbeat, consumer_addresses = _heartbeats(
@@ -158,9 +166,10 @@ def operator_command(
             volume_types=tuple(allow_volume_type or ()),
             image_registries=tuple(allowed_image_registries or ()),
             kafka_properties=tuple(allow_kafka_property or ()),
+            bootstrap_servers=tuple(allowed_bootstrap_servers or ()),
         )
     except ValueError as e:
-        fail(f"{e} (--allowed-image-registries / --allow-kafka-property)")
+        fail(f"{e} (--allowed-image-registries / --allow-kafka-property / --allowed-bootstrap-servers)")
     settings = Settings(
         guard=guard,
         watch=WatchSettings(namespaces=tuple(namespace or ())),

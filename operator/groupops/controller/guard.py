@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from groupops.controller.spec import SpecError
 
 __all__ = [
+    "FLAG_BOOTSTRAP_SERVERS",
     "FLAG_HOST_NAMESPACES",
     "FLAG_HOST_PATH",
     "FLAG_IMAGE_REGISTRIES",
@@ -33,6 +34,7 @@ FLAG_HOST_PATH = "--allow-host-path"
 FLAG_VOLUME_TYPE = "--allow-volume-type"
 FLAG_IMAGE_REGISTRIES = "--allowed-image-registries"
 FLAG_KAFKA_PROPERTY = "--allow-kafka-property"
+FLAG_BOOTSTRAP_SERVERS = "--allowed-bootstrap-servers"
 
 
 def words(text: str) -> frozenset[str]:
@@ -85,6 +87,10 @@ class GuardAllowlist:
     image_registries: empty, any registry; else every image the template names must match one of
     these prefixes (see the module docstring) (--allowed-image-registries). kafka_properties:
     librdkafka property names exempt from every Kafka rule (--allow-kafka-property NAME).
+    bootstrap_servers: empty, any broker; else every server a policy names must match one of
+    these `host:port` patterns, where a host `*.example.com` matches any name ending in
+    `.example.com` (--allowed-bootstrap-servers): the auth Secret's credentials go only to the
+    brokers the platform team named.
     """
 
     privileged: bool = False
@@ -94,6 +100,7 @@ class GuardAllowlist:
     volume_types: tuple[str, ...] = ()
     image_registries: tuple[str, ...] = ()
     kafka_properties: tuple[str, ...] = ()
+    bootstrap_servers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for prefix in self.image_registries:
@@ -106,3 +113,10 @@ class GuardAllowlist:
         for name in self.kafka_properties:
             if not name or name != name.strip():
                 raise ValueError(f"Kafka property name {name!r} is empty or padded")
+        for pattern in self.bootstrap_servers:
+            host, _, port = pattern.rpartition(":")
+            if not host or not port.isdigit() or "*" in host.removeprefix("*.") or "://" in pattern:
+                raise ValueError(
+                    f"bootstrap server pattern {pattern!r}: give host:port, the host optionally "
+                    "starting with *. for a whole domain (*.kafka.example.com:9093), no scheme"
+                )

@@ -27,9 +27,15 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from groupops.controller.guard import FLAG_KAFKA_PROPERTY, GuardAllowlist, Refusal, words
+from groupops.controller.guard import (
+    FLAG_BOOTSTRAP_SERVERS,
+    FLAG_KAFKA_PROPERTY,
+    GuardAllowlist,
+    Refusal,
+    words,
+)
 
-__all__ = ["LIBRDKAFKA_PROPERTIES", "check_kafka_properties"]
+__all__ = ["LIBRDKAFKA_PROPERTIES", "check_bootstrap_servers", "check_kafka_properties"]
 
 LIBRDKAFKA_PROPERTIES = words(
     """
@@ -119,6 +125,37 @@ def check_kafka_properties(
                 )
             )
     return refusals
+
+
+def check_bootstrap_servers(servers: str, allow: GuardAllowlist) -> list[Refusal]:
+    """The servers of `spec.kafka.bootstrapServers` that no allowed pattern matches (none when
+    the allowlist is empty). Without this, a policy could send its auth Secret's credentials to a
+    broker of its author's (a valid certificate for their own domain passes verification)."""
+    if not allow.bootstrap_servers:
+        return []
+    refused = [
+        s for s in servers.split(",") if not any(_server_matches(s, p) for p in allow.bootstrap_servers)
+    ]
+    if not refused:
+        return []
+    listed = ", ".join(allow.bootstrap_servers)
+    return [
+        Refusal(
+            "spec.kafka.bootstrapServers",
+            f"broker {', '.join(refused)} is not one the operator may connect to (allowed: {listed}); "
+            f"the operator allows it only when started with {FLAG_BOOTSTRAP_SERVERS} naming it",
+        )
+    ]
+
+
+def _server_matches(server: str, pattern: str) -> bool:
+    host, _, port = server.strip().lower().rpartition(":")
+    allowed_host, _, allowed_port = pattern.lower().rpartition(":")
+    if port != allowed_port:
+        return False
+    if allowed_host.startswith("*."):
+        return host.endswith(allowed_host[1:]) and len(host) > len(allowed_host) - 1
+    return host == allowed_host
 
 
 def _property_reason(name: str, value: str) -> str | None:

@@ -42,7 +42,7 @@ from groupops.controller.context import (
 from groupops.controller.decide import Decision, decide
 from groupops.controller.guard import GuardError
 from groupops.controller.identities import IdentityView, identity_view, pod_ordinals
-from groupops.controller.kafkaguard import check_kafka_properties
+from groupops.controller.kafkaguard import check_bootstrap_servers, check_kafka_properties
 from groupops.controller.lagread import counts_from_plan, zero_lag
 from groupops.controller.names import (
     API_GROUP,
@@ -121,6 +121,7 @@ def _reconcile(run: RunContext) -> ReconcileResult:
     refusals = [
         *check_pod_template(spec.consumers.template, run.deps.settings.guard),
         *check_kafka_properties(spec.kafka.properties, run.deps.settings.guard),
+        *check_bootstrap_servers(spec.kafka.bootstrap_servers, run.deps.settings.guard),
     ]
     if refusals:
         fail(run, "Refused", str(GuardError(refusals)), transient=False)

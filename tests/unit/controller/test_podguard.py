@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from groupops.controller import guard, kafkaguard, podguard
 from groupops.controller.guard import GuardAllowlist, GuardError, Refusal
-from groupops.controller.kafkaguard import check_kafka_properties
+from groupops.controller.kafkaguard import check_bootstrap_servers, check_kafka_properties
 from groupops.controller.podguard import (
     check_pod_template,
     harden_pod_template,
@@ -838,3 +838,51 @@ def test_the_guard_modules_are_pure_and_list_their_surface() -> None:
         }, module.__name__
         for name in module.__all__:
             assert hasattr(module, name), name
+
+
+# -- brokers (--allowed-bootstrap-servers) ------------------------------------------------------
+
+BROKERS = GuardAllowlist(bootstrap_servers=("*.kafka.example.com:9093", "kafka.kafka.svc:9092"))
+
+
+@pytest.mark.parametrize(
+    "servers",
+    [
+        "b-1.kafka.example.com:9093",
+        "b-1.kafka.example.com:9093,b-2.eu.kafka.example.com:9093",
+        "kafka.kafka.svc:9092",
+        "KAFKA.kafka.svc:9092",
+    ],
+)
+def test_brokers_matching_the_allowlist_pass(servers: str) -> None:
+    assert check_bootstrap_servers(servers, BROKERS) == []
+
+
+@pytest.mark.parametrize(
+    ("servers", "refused"),
+    [
+        ("kafka.evil.io:9093", "kafka.evil.io:9093"),
+        ("b-1.kafka.example.com:9092", "b-1.kafka.example.com:9092"),  # the right domain, another port
+        ("kafka.example.com:9093", "kafka.example.com:9093"),  # *. needs a name below the domain
+        ("evilkafka.example.com:9093", "evilkafka.example.com:9093"),
+        ("kafka.kafka.svc.evil.io:9092", "kafka.kafka.svc.evil.io:9092"),
+        ("b-1.kafka.example.com:9093,kafka.evil.io:9093", "kafka.evil.io:9093"),
+    ],
+)
+def test_a_broker_outside_the_allowlist_is_refused_naming_it_and_the_flag(servers: str, refused: str) -> None:
+    (refusal,) = check_bootstrap_servers(servers, BROKERS)
+    assert refusal.field == "spec.kafka.bootstrapServers"
+    assert f"broker {refused} is not one" in refusal.reason
+    assert "--allowed-bootstrap-servers" in refusal.reason
+
+
+def test_without_a_broker_allowlist_any_broker_passes() -> None:
+    assert check_bootstrap_servers("kafka.evil.io:9093", GuardAllowlist()) == []
+
+
+@pytest.mark.parametrize(
+    "pattern", ["kafka.example.com", "https://kafka.example.com:9093", "k*.example.com:9093", ":9093"]
+)
+def test_a_malformed_broker_pattern_is_refused_at_start(pattern: str) -> None:
+    with pytest.raises(ValueError, match="bootstrap server pattern"):
+        GuardAllowlist(bootstrap_servers=(pattern,))
