@@ -6,14 +6,18 @@ operator's real heartbeat server and the consumer's real Lease keeper:
 - the operator's fence refuses the next heartbeat; the replica re-reads the Lease and raises
   its floor, and a granted heartbeat needs its acknowledgement of the fence first;
 - a second process of the same identity does not take a Lease in heartbeat mode from a silent
-  holder on its own clock: only once the operator's fence names the silent process.
+  holder on its own clock: only once the operator's fence names the silent process;
+- a real replica process reports its progress with every heartbeat (its loop polls all along);
+- a replica reporting progress beyond maxPollIntervalSeconds is refused as stuck, surrenders
+  instead of writing its Lease, and the operator's fence lands once it has been silent.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,10 +27,12 @@ from groupops.consumer.lease import LeaseKeeper
 from groupops.consumer.settings import LeaseSettings
 from groupops.controller.heartbeats import HeartbeatBook, HeartbeatServer
 from groupops.controller.names import LABEL_POLICY
+from groupops.devstack.kubelet import ConsumerProcess
 from groupops.kubeapi import KubeClient
 from groupops.model import MemberId
 from groupops.planner.handoff import LeaseClock
 from groupops.planner.plan_format import fence_annotations, lease_record
+from tests.e2e.runtime_support import consumer_env
 from tests.e2e.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -101,7 +107,14 @@ def create_lease(client: KubeClient, namespace: str) -> None:
     )
 
 
-def keeper(kube_config: str, namespace: str, addresses: tuple[str, ...], incarnation: str) -> LeaseKeeper:
+def keeper(
+    kube_config: str,
+    namespace: str,
+    addresses: tuple[str, ...],
+    incarnation: str,
+    *,
+    progress: Callable[[], Mapping[str, float]] | None = None,
+) -> LeaseKeeper:
     settings = LeaseSettings(
         duration_s=DURATION_S,
         renew_interval_s=0.25,
@@ -111,7 +124,13 @@ def keeper(kube_config: str, namespace: str, addresses: tuple[str, ...], incarna
     )
     kube = ReplicaKube.connect(namespace, kubeconfig=kube_config, timeout_s=1.0)
     return LeaseKeeper(
-        kube, settings, name=LEASE, policy=POLICY, identity="worker-0", incarnation=incarnation
+        kube,
+        settings,
+        name=LEASE,
+        policy=POLICY,
+        identity="worker-0",
+        incarnation=incarnation,
+        progress=progress,
     )
 
 
@@ -210,3 +229,74 @@ def test_a_new_process_takes_a_heartbeat_lease_only_once_the_operator_fenced_the
         stop.set()
         zombie.stop()
         successor.stop()
+
+
+def test_a_replica_process_reports_its_progress_with_its_heartbeats(
+    kube_config: str, namespace: str, operator: Operator, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    process = ConsumerProcess(
+        identity="worker-0",
+        env=consumer_env(
+            policy=POLICY,
+            identity="worker-0",
+            namespace=namespace,
+            group_id=f"{namespace}-processor",
+            bootstrap=kafka_bootstrap,
+            kubeconfig=kube_config,
+            record_dir=tmp_path / "journal",
+            lease_seconds=4,
+            extra={"GROUPOPS_HEARTBEAT_ADDRESSES": operator.address},
+        ),
+        log_path=tmp_path / "worker-0.log",
+    )
+    process.start()
+    try:
+        first = wait_for(
+            "a heartbeat carrying progress",
+            lambda: operator.book.progress_of(namespace, LEASE),
+            120,
+            interval=0.1,
+            explain=process.log_tail,
+        )
+        heard = [first]
+
+        def three_seconds_of_heartbeats() -> bool:
+            latest = operator.book.progress_of(namespace, LEASE)
+            if latest is not None and latest.heard_at > heard[-1].heard_at:
+                heard.append(latest)
+            return heard[-1].heard_at - first.heard_at >= 3.0
+
+        wait_for(
+            "heartbeats for 3 s", three_seconds_of_heartbeats, 60, interval=0.1, explain=process.log_tail
+        )
+        assert len(heard) >= 3, "every heartbeat carries the progress, fresh"
+        for progress in (h.progress for h in heard):
+            # Owning nothing, its loop comes back to poll several times a second; a generous bound.
+            assert progress["poll"] < 3.0, heard
+            assert "advance" not in progress, "no lag: nothing to advance"
+            assert "commit" not in progress, "nothing committed yet"
+    finally:
+        process.terminate(grace=30)
+
+
+def test_a_replica_reporting_no_progress_is_refused_as_stuck_and_fenced_once_silent(
+    kube_config: str, namespace: str, operator: Operator
+) -> None:
+    operator.book.note_max_poll_interval(namespace, POLICY, 6)
+    progress = {"poll": 0.1}
+    replica = keeper(kube_config, namespace, (operator.address,), "first", progress=lambda: dict(progress))
+    assert replica.acquire(threading.Event())
+    replica.start()
+    try:
+        wait_for("a granted heartbeat", lambda: replica.heartbeats_granted > 0, 10, interval=0.05)
+        assert not operator.fence(7), "a replica heard within the duration is alive: no fence"
+        before = version(operator)
+        progress["poll"] = 6.5  # its loop stopped coming back to poll; its own watchdog says nothing
+        wait_for("the replica no longer valid", lambda: not replica.valid(), 10, interval=0.05)
+        assert not replica.renew_once(), "refused as stuck: it writes its Lease no more"
+        assert version(operator) == before, "no Lease write followed the refusal"
+        # Silent on both channels: the operator's fence lands once the Lease duration has passed.
+        wait_for("the stuck replica fenced", lambda: operator.fence(7), 10, interval=0.2)
+        assert lease_record(operator.lease()["metadata"]["annotations"]).fenced_incarnation == "first"
+    finally:
+        replica.stop()

@@ -30,9 +30,13 @@ changes: while the report is unchanged, the interval's renewal is a heartbeat to
 (no API write); a granted one makes the replica valid until its send time + the validity granted
 (at most renew_deadline). A refused or unanswered one is replaced by a Lease write (whose
 conflict reveals a fence or a takeover, step 3), so the replica stays alive while no operator
-answers. Step 1 changes too: a Lease in heartbeat mode held by another process is
-taken only once the operator's fence names that process (`fenced-incarnation`): the process
-could still hold grants this one cannot see.
+answers. A heartbeat carries the replica's progress (`progress`: seconds since its loop last
+polled, since a position last advanced under lag, since the last commit); one refused as *stuck*
+(that progress exceeds the policy's maxPollIntervalSeconds) is not followed by a Lease write: the
+keeper surrenders (step 5) and tells the replica (`on_stuck`), as when its own watchdog fires, so
+the replica falls silent and the operator fences it as any silent one. Step 1 changes too: a
+Lease in heartbeat mode held by another process is taken only once the operator's fence names
+that process (`fenced-incarnation`): the process could still hold grants this one cannot see.
 """
 
 from __future__ import annotations
@@ -89,10 +93,18 @@ class LeaseKeeper:
         monotonic: Clock = time.monotonic,
         wall: Clock = time.time,
         seen_epoch: Callable[[], int] | None = None,
+        progress: Callable[[], Mapping[str, float]] | None = None,
+        on_stuck: Callable[[str], None] | None = None,
     ) -> None:
         self._kube = kube
         self._seen_epoch = seen_epoch
         """The newest plan epoch the replica has seen, sent with heartbeats (plan delivery)."""
+        self._progress = progress
+        """The replica's progress, sent with heartbeats: called in this keeper's thread, so it
+        must only read what other threads publish whole (or under their own lock)."""
+        self._on_stuck = on_stuck
+        """Called (in this keeper's thread, after surrendering) with the operator's reason when
+        a heartbeat was refused as stuck."""
         self._settings = settings
         self.name = name
         self._policy = policy
@@ -315,6 +327,7 @@ class LeaseKeeper:
             incarnation=self.incarnation,
             seq=0,  # numbered by the client, datagram by datagram
             seen=None if self._seen_epoch is None else self._seen_epoch(),
+            progress={} if self._progress is None else self._progress(),
         )
         timeout = min(self._settings.request_timeout_s, self._settings.renew_interval_s * 0.75)
         result = self._heartbeats.exchange(heartbeat, timeout_s=timeout, on_send=self._sending)
@@ -329,6 +342,14 @@ class LeaseKeeper:
                     )
             self.heartbeats_granted += 1
             return True
+        if answer.stuck:
+            # The operator judged this replica stuck on the progress it reported: a Lease write
+            # would keep it valid all the same, so none follows (docs/design.md §7.5).
+            log.error("heartbeat for Lease %s refused: %s; surrendering the Lease", self.name, answer.reason)
+            self.surrender()
+            if self._on_stuck is not None:
+                self._on_stuck(answer.reason)
+            return False
         if sent - self._refusal_logged > 30:
             # Refused: the renewal that follows learns a fence or a takeover from its conflict.
             self._refusal_logged = sent

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from wsgiref.simple_server import WSGIServer
 
@@ -116,6 +117,8 @@ class ConsumerMetrics:
         )
         self._processed = _ProcessedByPartition()
         self.registry.register(self._processed)
+        self.last_commit_at: float | None = None
+        """Monotonic time of the last commit the broker accepted (the heartbeat's `commit`)."""
         self.commits = Counter(
             "groupops_consumer_commits", "Offset commits the broker accepted.", registry=self.registry
         )
@@ -239,6 +242,7 @@ class ConsumerMetrics:
 
     def commit_succeeded(self) -> None:
         self.commits.inc()
+        self.last_commit_at = time.monotonic()
 
     def commit_failed(self) -> None:
         self.commit_failures.inc()

@@ -27,6 +27,13 @@ When stuck, the runtime's `on_stuck` stops the Lease renewals (nothing is accept
 from then on) and returns when the Lease has surely expired; the watchdog then ends the process
 with `EXIT_STUCK` through `os._exit`, which works even while the main thread is blocked for good
 in a callback. Kubernetes restarts the pod.
+
+Reported to the operator (`ProgressWatchdog.report`, read by the Lease keeper's thread for every
+heartbeat, docs/design.md §7.5): seconds since the loop last came back to poll (`poll`), since an
+owned position last advanced while the replica had lag (`advance`, only while (b) is counting),
+and since the last successful commit (`commit`, once there was one). The operator refuses a
+heartbeat whose `poll` or `advance` exceeds the policy's interval: the same rules (a) and (b),
+judged a second time where a broken or too lenient watchdog cannot overrule them.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from groupops.model import TopicPartition
 __all__ = [
     "CHECK_S",
     "EXIT_STUCK",
+    "ProgressReport",
     "ProgressTracker",
     "ProgressWatchdog",
     "Rule",
@@ -66,6 +74,12 @@ CHECK_S = 0.5
 
 Clock = Callable[[], float]
 
+ProgressReport = Mapping[str, float]
+"""{"poll" | "advance" | "commit": seconds since}, rounded, for a heartbeat (module docstring)."""
+
+REPORT_DECIMALS = 1
+"""Tenths of a second: enough against intervals of seconds, and a short datagram."""
+
 
 def probe_interval(interval_s: float) -> float:
     """Seconds between two broker samples: a fifth of the interval, within 1-5 s, so that a few
@@ -80,6 +94,7 @@ class Rule(StrEnum):
     LOOP = "loop"
     PROGRESS = "progress"
     BROKER = "broker"
+    OPERATOR = "operator"
 
     @property
     def description(self) -> str:
@@ -90,6 +105,7 @@ _DESCRIPTIONS = {
     Rule.LOOP: "the main loop has not come back to poll (a callback or a commit blocks)",
     Rule.PROGRESS: "owned partitions have lag and no owned position advanced",
     Rule.BROKER: "no broker round trip succeeded",
+    Rule.OPERATOR: "the operator refused a heartbeat whose progress exceeds maxPollIntervalSeconds",
 }
 
 
@@ -200,6 +216,17 @@ class ProgressTracker:
                 return Stuck(rule, now - start)
         return None
 
+    def report(self, now: float, *, committed_at: float | None = None) -> dict[str, float]:
+        """What a heartbeat carries (module docstring): `poll` always, `advance` only while owned
+        partitions lag (counted from where rule (b) counts), `commit` once `committed_at` is
+        known. Rounded to tenths, never negative."""
+        report = {"poll": now - self._loop_at}
+        if self._owning_since is not None and self._lagging_since is not None:
+            report["advance"] = now - max(self._lagging_since, self._progress_at, self._owning_since)
+        if committed_at is not None:
+            report["commit"] = now - committed_at
+        return {name: round(max(0.0, value), REPORT_DECIMALS) for name, value in report.items()}
+
 
 def exit_process(code: int) -> None:
     """`os._exit` after flushing the log handlers and standard streams: the main thread may be
@@ -244,7 +271,10 @@ class ProgressWatchdog:
         self._monotonic = monotonic
         self._check_s = check_s
         self._tracker = ProgressTracker(interval_s, now=monotonic())
+        self._lock = threading.Lock()
+        """Guards `_tracker`: fed by this watchdog's thread, read by the Lease keeper's (`report`)."""
         self._beat_at = monotonic()
+        self._external: Stuck | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.stuck: Stuck | None = None
@@ -254,6 +284,18 @@ class ProgressWatchdog:
     def beat(self) -> None:
         """The main loop is back to poll (called from the main thread: one float store)."""
         self._beat_at = self._monotonic()
+
+    def report(self, *, committed_at: float | None = None) -> ProgressReport:
+        """The progress a heartbeat carries now (any thread; see the module docstring);
+        `committed_at`: the monotonic time of the last successful commit, if any."""
+        with self._lock:
+            self._tracker.loop_returned(self._beat_at)
+            return self._tracker.report(self._monotonic(), committed_at=committed_at)
+
+    def judged_stuck(self, stuck: Stuck) -> None:
+        """Someone else (the operator, through the Lease keeper) judged the replica stuck: this
+        watchdog declares it at its next check, as if its own rule had fired (any thread)."""
+        self._external = stuck
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="progress-watchdog", daemon=True)
@@ -275,10 +317,12 @@ class ProgressWatchdog:
             if self._monotonic() >= next_sample:
                 sample = self._take_sample()
                 if sample is not None:
-                    self._tracker.observe(self._monotonic(), sample)
+                    with self._lock:
+                        self._tracker.observe(self._monotonic(), sample)
                 next_sample = self._monotonic() + self.probe_interval_s
-            self._tracker.loop_returned(self._beat_at)
-            verdict = self._tracker.verdict(self._monotonic())
+            with self._lock:
+                self._tracker.loop_returned(self._beat_at)
+                verdict = self._external or self._tracker.verdict(self._monotonic())
             if verdict is not None:
                 self._declare(verdict)
                 return

@@ -24,7 +24,7 @@ from groupops.consumer.kube import ReplicaKube
 from groupops.consumer.lease import LeaseKeeper
 from groupops.consumer.metrics import ConsumerMetrics
 from groupops.consumer.processors import Processor
-from groupops.consumer.progress import EXIT_STUCK, ProgressWatchdog, Sample, Stuck
+from groupops.consumer.progress import EXIT_STUCK, ProgressReport, ProgressWatchdog, Rule, Sample, Stuck
 from groupops.consumer.settings import RuntimeSettings
 from groupops.model import TopicPartition
 from groupops.planner.plan_format import LeaseState
@@ -157,6 +157,8 @@ class Replica:
             identity=settings.identity,
             incarnation=self.incarnation,
             seen_epoch=seen_epoch,
+            progress=self._progress_report,
+            on_stuck=self._judged_stuck_by_operator,
         )
         return self._keeper
 
@@ -318,6 +320,23 @@ class Replica:
         return self._probe.sample(
             frozenset(self._owned - self._stopped.keys()), self._progress.copy(), timeout_s
         )
+
+    def _progress_report(self) -> ProgressReport:
+        """For the Lease keeper's heartbeats (its thread): the watchdog's report, read under its
+        lock; nothing before the watchdog runs."""
+        watchdog = self._watchdog
+        if watchdog is None:
+            return {}
+        return watchdog.report(committed_at=self.metrics.last_commit_at)
+
+    def _judged_stuck_by_operator(self, reason: str) -> None:
+        """The operator refused a heartbeat as stuck (the keeper has surrendered already): the
+        watchdog declares it as its own verdict, so the replica fences itself, counts, journals
+        and exits with EXIT_STUCK once the Lease has surely expired."""
+        watchdog = self._watchdog
+        if watchdog is not None:
+            watchdog.judged_stuck(Stuck(Rule.OPERATOR, self.settings.max_poll_interval_s))
+        log.error("the operator judged this replica stuck: %s", reason)
 
     def _on_stuck(self, stuck: Stuck) -> float:
         assert self._keeper is not None

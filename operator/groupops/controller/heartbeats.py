@@ -13,6 +13,14 @@ and only while the policy's daemon runs here. A grant notes the moment on the po
 its own send time, which is earlier than the moment noted: the replica stops before the operator
 may judge it silent.
 
+Stuck (`planner.liveness.stuck_refusal`): a heartbeat whose reported progress exceeds the
+policy's maxPollIntervalSeconds (noted by each reconcile, `note_max_poll_interval`) is refused
+with `stuck`, and its replica surrenders as when its own watchdog fires: it writes nothing more,
+so it falls silent and is fenced as a silent replica is (docs/design.md §7.5).
+
+Progress: the last progress each replica reported is kept (`progress_of`) with the wall time it
+was heard, for the policy's status and the member gauges.
+
 The fence guard: the reconcile judged a Lease silent; between that judgement and the Lease write a
 heartbeat may arrive. `may_fence` re-checks silence and records a refusal under one lock with the
 grant, so either the heartbeat was granted first (the fence is not written: the replica is alive)
@@ -28,6 +36,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from groupops.controller.metrics import Metrics
@@ -42,11 +51,12 @@ from groupops.planner.liveness import (
     decode_heartbeat,
     encode_answer,
     grant_refusal,
+    stuck_refusal,
 )
 from groupops.planner.plan_format import lease_record
 from groupops.planner.wire import PlanFormatError
 
-__all__ = ["GRANT_FRACTION", "HeartbeatBook", "HeartbeatServer"]
+__all__ = ["GRANT_FRACTION", "HeardProgress", "HeartbeatBook", "HeartbeatServer"]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +68,17 @@ LeaseLookup = Callable[[str, str], Mapping[str, Any] | None]
 """(namespace, Lease name) -> the Lease as the operator's cache holds it."""
 
 _PolicyKey = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class HeardProgress:
+    """What a replica last reported (`planner.liveness.Heartbeat.progress`), and when (wall
+    time) this operator heard it."""
+
+    progress: Mapping[str, float]
+    heard_at: float
+    policy: str
+
 
 _RECEIVE_BUFFER_BYTES = 4 << 20
 
@@ -71,17 +92,20 @@ class HeartbeatBook:
         leader_address: Callable[[], str | None],
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self._leases = leases
         self._leading = leading
         self._leader_address = leader_address
         self._metrics = metrics
         self._clock = clock
+        self._wall = wall
         self._lock = threading.Lock()
         self._clocks: dict[_PolicyKey, LeaseClock] = {}
         self._refused: dict[tuple[str, str], tuple[str | None, str]] = {}
         self._published: dict[_PolicyKey, tuple[int, float]] = {}
-        self.progress: dict[tuple[str, str], Mapping[str, float]] = {}
+        self._max_poll: dict[_PolicyKey, float] = {}
+        self.progress: dict[tuple[str, str], HeardProgress] = {}
         """The last progress each replica reported, by (namespace, Lease name)."""
 
     # -- the policies' daemons ----------------------------------------------------------------------
@@ -94,6 +118,10 @@ class HeartbeatBook:
         with self._lock:
             if self._clocks.get((namespace, policy)) is clock:
                 del self._clocks[(namespace, policy)]
+                self._max_poll.pop((namespace, policy), None)
+                gone = [k for k, v in self.progress.items() if k[0] == namespace and v.policy == policy]
+                for key in gone:
+                    del self.progress[key]
 
     def note_published(self, namespace: str, policy: str, epoch: int) -> None:
         """The policy's plan is at `epoch` (noted with the moment this process first saw it)."""
@@ -101,6 +129,15 @@ class HeartbeatBook:
             known = self._published.get((namespace, policy))
             if known is None or known[0] < epoch:
                 self._published[(namespace, policy)] = (epoch, self._clock())
+
+    def note_max_poll_interval(self, namespace: str, policy: str, seconds: float) -> None:
+        """The policy's maxPollIntervalSeconds: heartbeats reporting longer are refused as stuck."""
+        with self._lock:
+            self._max_poll[(namespace, policy)] = seconds
+
+    def progress_of(self, namespace: str, lease: str) -> HeardProgress | None:
+        """What the replica of `lease` last reported, None when it never reported progress."""
+        return self.progress.get((namespace, lease))
 
     # -- the fence guard ----------------------------------------------------------------------------
 
@@ -181,10 +218,22 @@ class HeartbeatBook:
                     reason=f"plan epoch {published[0]} was published {now - published[1]:.0f} s ago and "
                     f"this replica has seen only {heartbeat.seen}",
                 )
+            if heartbeat.progress:
+                self._note_progress(heartbeat, policy, str((lease.get("spec") or {}).get("holderIdentity")))
+            stuck = stuck_refusal(heartbeat.progress, self._max_poll.get((heartbeat.namespace, policy)))
+            if stuck is not None:
+                # Not heard: the replica surrenders on this answer and falls silent (§7.5).
+                return self._answer(heartbeat, HeartbeatStatus.REFUSED, reason=stuck, stuck=True)
             clock.hear(MemberId(heartbeat.lease), now)
-        if heartbeat.progress:
-            self.progress[key] = heartbeat.progress
         return self._answer(heartbeat, HeartbeatStatus.GRANTED, valid=GRANT_FRACTION * duration)
+
+    def _note_progress(self, heartbeat: Heartbeat, policy: str, identity: str) -> None:
+        self.progress[(heartbeat.namespace, heartbeat.lease)] = HeardProgress(
+            dict(heartbeat.progress), self._wall(), policy
+        )
+        poll = heartbeat.progress.get("poll")
+        if self._metrics is not None and poll is not None:
+            self._metrics.member_seconds_since_poll.labels(heartbeat.namespace, policy, identity).set(poll)
 
     def _answer(
         self,
@@ -194,10 +243,13 @@ class HeartbeatBook:
         valid: float = 0.0,
         leader: str | None = None,
         reason: str = "",
+        stuck: bool = False,
     ) -> HeartbeatAnswer:
         if self._metrics is not None:
             self._metrics.heartbeats.labels(status.value).inc()
-        return HeartbeatAnswer(seq=heartbeat.seq, status=status, valid=valid, leader=leader, reason=reason)
+        return HeartbeatAnswer(
+            seq=heartbeat.seq, status=status, valid=valid, leader=leader, reason=reason, stuck=stuck
+        )
 
 
 class HeartbeatServer:

@@ -24,6 +24,13 @@ class Metrics:
             (*labels, "identity"),
             registry=self.registry,
         )
+        self.member_seconds_since_poll = Gauge(
+            "groupops_member_seconds_since_poll",
+            "Seconds since the member's processing loop last came back to poll, as its last "
+            "heartbeat reported (heartbeat liveness only).",
+            (*labels, "identity"),
+            registry=self.registry,
+        )
         self.total_lag = Gauge(
             "groupops_total_lag", "Total lag of the group.", labels, registry=self.registry
         )
@@ -143,12 +150,13 @@ class Metrics:
         for metric in (self.total_lag, self.imbalance, self.epoch, self.broker_matches):
             with contextlib.suppress(KeyError):
                 metric.remove(namespace, policy)
-        for sample_labels in [
-            tuple(labels)
-            for labels in list(self.member_lag._metrics)
-            if labels[0] == namespace and labels[1] == policy
-        ]:
-            self.member_lag.remove(*sample_labels)
+        for gauge in (self.member_lag, self.member_seconds_since_poll):
+            for sample_labels in [
+                tuple(labels)
+                for labels in list(gauge._metrics)
+                if labels[0] == namespace and labels[1] == policy
+            ]:
+                gauge.remove(*sample_labels)
 
     def serve(self, host: str, port: int) -> None:
         start_http_server(port, addr=host, registry=self.registry)

@@ -216,6 +216,9 @@ def _reconcile(run: RunContext) -> ReconcileResult:
         fence = _Fencer(run, leases_by_identity)
         result = _handoff(run, spec, decision, previous, view, leases_by_identity, fence)
         if run.deps.heartbeats is not None:
+            run.deps.heartbeats.note_max_poll_interval(
+                run.policy.namespace, run.policy.name, spec.consumers.max_poll_interval_seconds
+            )
             fence.silent_heartbeat_holders(view, previous)
         now_plan = _publish(run, decision, result, configmap, observed)
         if run.deps.heartbeats is not None:

@@ -8,10 +8,12 @@ posted when Ready or Degraded changes status or reason, and by the publish step 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from groupops.controller.context import ReconcileFailure, RunContext, iso
 from groupops.controller.decide import Decision
+from groupops.controller.heartbeats import HeardProgress
 from groupops.controller.identities import IdentityView
 from groupops.controller.names import API_GROUP, API_VERSION, KIND, pod_name
 from groupops.controller.native import BrokerAgreement
@@ -20,8 +22,17 @@ from groupops.controller.status import Condition, merge_conditions, status_patch
 from groupops.kubeapi import KubeError
 from groupops.lag import LagSnapshot
 from groupops.model import TopicPartition
+from groupops.planner.wire import lease_name
 
-__all__ = ["announce_transitions", "fail", "patch_status", "write_status"]
+__all__ = [
+    "PROGRESS_SHOWN_AFTER_S",
+    "announce_transitions",
+    "fail",
+    "member_progress",
+    "patch_status",
+    "progress_shown",
+    "write_status",
+]
 
 
 def write_status(
@@ -46,6 +57,7 @@ def write_status(
     lag_of = {tp: snapshot.lags[tp.topic][tp.partition] for tp in all_partitions(snapshot)}
     shown = decision.shown
     members = []
+    book = run.deps.heartbeats
     previous_errors = {
         str(m.get("instanceId")): dict(m.get("errors") or {}) for m in run.status.get("members") or []
     }
@@ -72,6 +84,13 @@ def write_status(
         if lease is not None and lease.errors:
             entry["errors"] = dict(lease.errors)
             _announce_errors(run, identity, dict(lease.errors), previous_errors.get(identity, {}))
+        heard = (
+            None
+            if book is None
+            else book.progress_of(run.policy.namespace, lease_name(run.policy.name, identity))
+        )
+        if heard is not None and progress_shown(heard):
+            entry["progress"] = member_progress(heard)
         if lease is not None and lease.live and lease.stopped:
             entry["stopped"] = [f"{tp}@{offset}" for tp, offset in lease.stopped]
             stopped.extend(f"{tp}@{offset} on {identity}" for tp, offset in lease.stopped)
@@ -143,6 +162,37 @@ def write_status(
         metrics.broker_matches.labels(run.policy.namespace, run.policy.name).set(int(broker.matches))
     announce_transitions(run, merged)
     return patch_status(run, desired)
+
+
+_PROGRESS_FIELDS = {
+    "poll": "sinceLastPollSeconds",
+    "advance": "sinceProgressSeconds",
+    "commit": "sinceLastCommitSeconds",
+}
+"""Heartbeat progress keys (planner/liveness.py) -> the member's status fields."""
+
+
+PROGRESS_SHOWN_AFTER_S = 10.0
+"""A member's progress is in status only while its last poll or its last advance under lag is at
+least this old: a healthy replica's values change with every heartbeat, and showing them would
+make every reconcile write status (design §8.3: writes only when something changed). The live
+values are always in the metric `groupops_member_seconds_since_poll`."""
+
+
+def progress_shown(heard: HeardProgress) -> bool:
+    return any(heard.progress.get(key, 0.0) >= PROGRESS_SHOWN_AFTER_S for key in ("poll", "advance"))
+
+
+def member_progress(heard: HeardProgress) -> dict[str, Any]:
+    """status.members[].progress: the seconds-since values the replica's last heartbeat
+    reported, in whole seconds, and when the operator heard it (the values are as of then)."""
+    shown: dict[str, Any] = {
+        field: round(float(heard.progress[key]))
+        for key, field in _PROGRESS_FIELDS.items()
+        if key in heard.progress
+    }
+    shown["heardAt"] = iso(datetime.fromtimestamp(heard.heard_at, tz=UTC))
+    return shown
 
 
 _ERROR_EVENTS = {

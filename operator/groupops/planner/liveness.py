@@ -15,7 +15,11 @@ Request (JSON object, at most `MAX_DATAGRAM` bytes):
     seen        optional: the newest plan epoch the replica has seen (plan delivery); a replica
                 that has not seen a plan published more than a Lease duration ago is refused
                 (it cannot follow plans: its path to the API server is cut)
-    progress    optional {name: seconds} (seconds since the last poll, commit, ...)
+    progress    optional {name: seconds since}, rounded: `poll` (the processing loop last came
+                back to poll), `advance` (an owned position last advanced while the replica had
+                lag; absent without lag), `commit` (the last successful commit; absent before
+                the first). A heartbeat whose `poll` or `advance` exceeds the policy's
+                maxPollIntervalSeconds is refused as stuck (`stuck_refusal`)
 
 Answer:
     v, seq
@@ -23,6 +27,8 @@ Answer:
     valid       granted: seconds of validity, counted by the replica from its own send time
     leader      not-leader: "host:port" of the leader when this operator knows it
     reason      refused / not-leader: why, in words
+    stuck       refused: true when refused for the progress it reported; the replica then
+                surrenders as when its own watchdog judges it stuck (no Lease write follows)
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ __all__ = [
     "encode_heartbeat",
     "grant_refusal",
     "parse_addresses",
+    "stuck_refusal",
 ]
 
 MAX_DATAGRAM = 1400
@@ -83,6 +90,7 @@ class HeartbeatAnswer:
     valid: float = 0.0
     leader: str | None = None
     reason: str = ""
+    stuck: bool = False
 
 
 def encode_heartbeat(heartbeat: Heartbeat) -> bytes:
@@ -128,6 +136,8 @@ def encode_answer(answer: HeartbeatAnswer) -> bytes:
         body["leader"] = answer.leader
     if answer.reason:
         body["reason"] = answer.reason[:300]
+    if answer.stuck and answer.status is HeartbeatStatus.REFUSED:
+        body["stuck"] = True
     return _fit(body)
 
 
@@ -150,6 +160,7 @@ def decode_answer(data: bytes) -> HeartbeatAnswer:
         valid=float(valid),
         leader=leader or None,
         reason=reason if isinstance(reason, str) else "",
+        stuck=status is HeartbeatStatus.REFUSED and body.get("stuck") is True,
     )
 
 
@@ -170,6 +181,21 @@ def grant_refusal(
         return "the Lease is not in heartbeat mode"
     if record.fenced_incarnation == incarnation:
         return "fenced: re-read the Lease"
+    return None
+
+
+def stuck_refusal(progress: Mapping[str, float], max_poll_interval_s: float | None) -> str | None:
+    """Why a heartbeat reporting `progress` must be refused as stuck (None: it is not): its
+    processing loop has not come back to poll (`poll`), or it had lag and no position advanced
+    (`advance`), for longer than the policy's maxPollIntervalSeconds. The replica's own watchdog
+    applies the same rules; this is the operator's second judgement of them (docs/design.md §7.5)."""
+    if max_poll_interval_s is None:
+        return None
+    for key, what in (("poll", "not come back to poll"), ("advance", "had lag and advanced no position")):
+        seconds = progress.get(key)
+        if seconds is not None and seconds > max_poll_interval_s:
+            limit = f"maxPollIntervalSeconds {max_poll_interval_s:g}"
+            return f"stuck: it has {what} for {seconds:.1f} s ({limit})"
     return None
 
 

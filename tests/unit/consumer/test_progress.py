@@ -547,3 +547,48 @@ def test_a_bad_interval_is_refused_naming_its_variable(change: dict[str, str]) -
     with pytest.raises(ConsumerConfigError) as caught:
         RuntimeSettings.from_env({**REQUIRED_POD_ENV, **change})
     assert caught.value.field == "GROUPOPS_MAX_POLL_INTERVAL_SECONDS"
+
+
+# -- what a heartbeat reports (docs/design.md §7.5) --------------------------------------------
+
+
+def test_the_report_says_seconds_since_the_last_poll_advance_under_lag_and_commit() -> None:
+    tracker = ProgressTracker(INTERVAL, now=0.0)
+    assert tracker.report(0.5) == {"poll": 0.5}, "no lag, no commit: only the loop"
+    tracker.observe(1.0, answer({P0: 5, P1: 5}, {P0: 9, P1: 5}))  # owns both, P0 lags
+    tracker.loop_returned(2.0)
+    assert tracker.report(4.04, committed_at=3.0) == {"poll": 2.0, "advance": 3.0, "commit": 1.0}
+    tracker.observe(5.0, answer({P0: 7, P1: 5}, {P0: 9, P1: 5}))  # P0 advanced, still lags
+    assert tracker.report(6.0)["advance"] == 1.0
+    tracker.observe(7.0, answer({P0: 9, P1: 5}, {P0: 9, P1: 5}))  # caught up: no lag
+    assert "advance" not in tracker.report(8.0)
+
+
+def test_the_report_is_rounded_and_never_negative() -> None:
+    tracker = ProgressTracker(INTERVAL, now=10.0)
+    assert tracker.report(9.0, committed_at=9.5) == {"poll": 0.0, "commit": 0.0}
+    assert tracker.report(10.123456) == {"poll": 0.1}
+
+
+def test_the_watchdog_reports_from_any_thread_with_the_loops_last_beat() -> None:
+    now = [50.0]
+    watchdog = ProgressWatchdog(
+        INTERVAL, sample=Replica().take, on_stuck=Replica().on_stuck, monotonic=lambda: now[0]
+    )
+    now[0] = 53.0
+    watchdog.beat()
+    now[0] = 54.5
+    assert watchdog.report(committed_at=50.0) == {"poll": 1.5, "commit": 4.5}
+
+
+def test_a_verdict_from_the_operator_is_declared_as_the_watchdogs_own() -> None:
+    replica = Replica()
+    watchdog = replica.watchdog(interval=3600.0)  # too lenient ever to fire by itself
+    watchdog.start()
+    try:
+        watchdog.judged_stuck(Stuck(Rule.OPERATOR, 6.0))
+        assert replica.exited.wait(30)
+    finally:
+        watchdog.stop()
+    assert [s.rule for s in replica.stuck] == [Rule.OPERATOR]
+    assert replica.exits[0][0] == EXIT_STUCK

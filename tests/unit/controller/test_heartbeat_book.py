@@ -114,3 +114,50 @@ def test_a_replica_that_has_not_seen_a_plan_for_a_lease_duration_is_refused() ->
     assert world.beat(seen=4) is HeartbeatStatus.REFUSED
     assert world.beat(seen=5) is HeartbeatStatus.GRANTED
     assert world.beat(seen=None) is HeartbeatStatus.GRANTED, "native replicas follow no plan"
+
+
+def progressing(poll: float, advance: float | None = None) -> Heartbeat:
+    progress = {"poll": poll, "commit": 0.4}
+    if advance is not None:
+        progress["advance"] = advance
+    return Heartbeat(namespace=NS, lease=LEASE, incarnation="p1", seq=1, progress=progress)
+
+
+def test_progress_beyond_the_max_poll_interval_is_refused_as_stuck_and_not_heard() -> None:
+    world = World()
+    world.book.note_max_poll_interval(NS, POLICY, 6)
+    assert world.book.answer(progressing(poll=5.9, advance=6.0)).status is HeartbeatStatus.GRANTED
+    heard = world.clock.heard_at(MemberId(LEASE))
+    world.now += 1.0
+    for stuck in (progressing(poll=6.1), progressing(poll=0.2, advance=7.5)):
+        answer = world.book.answer(stuck)
+        assert answer.status is HeartbeatStatus.REFUSED and answer.stuck, answer
+        assert "maxPollIntervalSeconds 6" in answer.reason
+    assert world.clock.heard_at(MemberId(LEASE)) == heard, "a stuck replica is silent for the fence"
+    shown = world.book.progress_of(NS, LEASE)
+    assert shown is not None and shown.progress == {"poll": 0.2, "advance": 7.5, "commit": 0.4}
+
+
+def test_without_a_known_interval_or_progress_nothing_is_refused_as_stuck() -> None:
+    world = World()
+    answer = world.book.answer(progressing(poll=10_000.0))
+    assert answer.status is HeartbeatStatus.GRANTED and not answer.stuck
+    world.book.note_max_poll_interval(NS, POLICY, 6)
+    assert world.beat() is HeartbeatStatus.GRANTED, "a heartbeat without progress is judged as before"
+
+
+def test_a_fenced_replica_is_refused_as_fenced_not_as_stuck() -> None:
+    world = World()
+    world.book.note_max_poll_interval(NS, POLICY, 6)
+    world.lease = World.lease_object("rv2", LeaseRecord(incarnation="p1", heartbeats=True))
+    world.lease["metadata"]["annotations"].update(fence_annotations(3, "p1"))
+    answer = world.book.answer(progressing(poll=60.0))
+    assert answer.status is HeartbeatStatus.REFUSED and not answer.stuck
+
+
+def test_progress_is_forgotten_with_the_policy() -> None:
+    world = World()
+    world.book.answer(progressing(poll=0.3))
+    assert world.book.progress_of(NS, LEASE) is not None
+    world.book.detach(NS, POLICY, world.clock)
+    assert world.book.progress_of(NS, LEASE) is None

@@ -21,6 +21,7 @@ from groupops.planner.liveness import (
     encode_heartbeat,
     grant_refusal,
     parse_addresses,
+    stuck_refusal,
 )
 from groupops.planner.plan_format import LeaseRecord
 
@@ -145,3 +146,45 @@ def test_a_lease_is_silent_only_when_neither_its_version_nor_a_heartbeat_moved()
     assert clock.next_expiry(after=7.0) == 12.0
     clock.forget(A)
     assert clock.heard_at(A) is None and clock.unchanged_for(A, now=20.0) is None
+
+
+def test_a_heartbeat_with_progress_reads_back_small_and_rounded() -> None:
+    sent = Heartbeat(
+        namespace="team",
+        lease="orders-processor-0",
+        incarnation="0123456789abcdef0123456789abcdef",
+        seq=41,
+        seen=7,
+        progress={"poll": 0.2, "advance": 12.3, "commit": 0.9},
+    )
+    data = encode_heartbeat(sent)
+    assert len(data) < 200
+    assert decode_heartbeat(data) == sent
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(
+            HeartbeatAnswer(seq=3, status=HeartbeatStatus.REFUSED, reason="stuck", stuck=True), id="stuck"
+        ),
+        pytest.param(HeartbeatAnswer(seq=3, status=HeartbeatStatus.REFUSED, reason="fenced"), id="fenced"),
+    ],
+)
+def test_a_refusal_as_stuck_reads_back_as_such(answer: HeartbeatAnswer) -> None:
+    assert decode_answer(encode_answer(answer)) == answer
+
+
+@pytest.mark.parametrize(
+    ("progress", "interval", "refused"),
+    [
+        pytest.param({"poll": 6.1}, 6.0, True, id="loop-blocked"),
+        pytest.param({"poll": 0.1, "advance": 6.5}, 6.0, True, id="no-advance-under-lag"),
+        pytest.param({"poll": 6.0, "advance": 6.0}, 6.0, False, id="at-the-interval"),
+        pytest.param({"commit": 600.0}, 6.0, False, id="old-commit-alone"),
+        pytest.param({"poll": 600.0}, None, False, id="interval-unknown"),
+        pytest.param({}, 6.0, False, id="no-progress"),
+    ],
+)
+def test_what_counts_as_stuck(progress: dict[str, float], interval: float | None, refused: bool) -> None:
+    assert (stuck_refusal(progress, interval) is not None) is refused
