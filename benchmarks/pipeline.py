@@ -140,7 +140,10 @@ def main() -> None:
     cores = spark.sparkContext.defaultParallelism
     load = os.getloadavg()[0]
     print(f"Spark {spark.version}, master {arguments.master} ({cores} cores), load average {load:.1f}")
-    print("| rows | groups | job | Spark (s) | Spark rate | pandas (s) | pandas rate | Spark / pandas |")
+    print(
+        "| rows | groups | job | Spark (s) | Spark rate | pandas (s) | pandas rate "
+        "| pandas time / Spark time |"
+    )
     print("|---:|---:|---|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory(prefix="groupops-bench-") as scratch:
         # Warm-up on 50,000 rows, untimed: the first queries of a JVM pay for class loading, code

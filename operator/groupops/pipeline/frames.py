@@ -12,6 +12,7 @@ __all__ = [
     "GROUP_KEYS",
     "PARTITION_KEYS",
     "TOPIC_PARTITION_KEYS",
+    "at_newest",
     "lag_column",
     "seconds",
     "with_seconds_and_lag",
@@ -37,3 +38,18 @@ def lag_column() -> Column:
 def with_seconds_and_lag(snapshots: DataFrame) -> DataFrame:
     """Adds `t` (seconds) and `lag` to snapshot rows."""
     return snapshots.withColumn("t", seconds(sf.col("ts"))).withColumn("lag", lag_column())
+
+
+def at_newest(frame: DataFrame, *, time_column: str, keys: tuple[str, ...] = GROUP_KEYS) -> DataFrame:
+    """The rows of `frame` whose `time_column` equals the largest in their `keys` (every such row,
+    ties included; null keys form a group of their own, as in a window partitioned by `keys`).
+
+    An aggregate joined back rather than `max(...).over(partitionBy(keys))`: the aggregate shuffles
+    one partial maximum per key and task instead of every row, and Spark's adaptive execution
+    broadcasts it when it is small (a cluster's groups), so the rows themselves are not shuffled.
+    """
+    newest = frame.groupBy(*keys).agg(sf.max(time_column).alias("__newest"))
+    rows, maxima = frame.alias("__rows"), newest.alias("__maxima")
+    same_key = [sf.col(f"__rows.{k}").eqNullSafe(sf.col(f"__maxima.{k}")) for k in keys]
+    newest_time = sf.col(f"__rows.{time_column}") == sf.col("__maxima.__newest")
+    return rows.join(maxima, [*same_key, newest_time]).select("__rows.*")

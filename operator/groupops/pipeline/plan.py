@@ -4,9 +4,17 @@ Input: one row per (cluster, group, topic, partition) with `lag` and `member` (t
 for none), from `latest_lag(snapshots)` (current lag) or from the `forecast` job's output
 (`forecast_lag` as lag). Each group becomes one `groupops assign` document (`group_document`):
 its topics with partition counts (highest partition seen + 1), its members (the distinct owners;
-each subscribes to all of the group's topics and owns what it owns now), its lags. A grouped
-pandas UDF (`applyInPandas`, one call per group) parses the document with `parse_group` and runs
-`get_strategy(strategy)`, so the plan is the CLI's plan to the partition.
+each subscribes to all of the group's topics and owns what it owns now), its lags. Each document
+is parsed with `parse_group` and assigned by `get_strategy(strategy)`, so the plan is the CLI's
+plan to the partition.
+
+Many groups per Python call: the rows are hash-partitioned by (cluster, group) and sorted by it
+within each partition, and `mapInPandas` hands a Python worker one Arrow batch (up to
+`spark.sql.execution.arrow.maxRecordsPerBatch` rows) at a time; `plan_batches` cuts each batch
+into groups and plans them one by one. A group that runs past the end of a batch is held back and
+completed with the next batch, so every group is planned once, from all its rows, and a worker
+holds at most one batch plus one group. (`applyInPandas` per group, the earlier form, paid one
+Arrow round trip and one pandas frame per group: most of the job's time on small groups.)
 
 Members that own nothing at snapshot time are not visible in offset snapshots, so they get no
 partitions here; a group with no owner at all gets one row with `error` set.
@@ -18,19 +26,19 @@ imbalance, moves (from the current owners) as computed by groupops.assign.stats.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import pandas as pd
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as sf
 
 from groupops.assign import get_strategy
 from groupops.assign.stats import compute_stats
 from groupops.contract import parse_group
-from groupops.pipeline.frames import PARTITION_KEYS, with_seconds_and_lag
+from groupops.pipeline.frames import PARTITION_KEYS, at_newest, with_seconds_and_lag
 
-__all__ = ["PLAN_SCHEMA", "group_document", "latest_lag", "plan", "plan_group"]
+__all__ = ["PLAN_SCHEMA", "group_document", "latest_lag", "plan", "plan_batches", "plan_group"]
 
 PLAN_SCHEMA = (
     "cluster string, group string, strategy string, member string, "
@@ -41,12 +49,8 @@ PLAN_SCHEMA = (
 
 def latest_lag(snapshots: DataFrame) -> DataFrame:
     """Each partition's lag and owner at its group's newest snapshot."""
-    rows = with_seconds_and_lag(snapshots)
-    newest = sf.max("t").over(Window.partitionBy("cluster", "group"))
-    return (
-        rows.withColumn("newest", newest)
-        .where(sf.col("t") == sf.col("newest"))
-        .select(*PARTITION_KEYS, "lag", sf.coalesce(sf.col("member"), sf.lit("")).alias("member"))
+    return at_newest(with_seconds_and_lag(snapshots), time_column="t").select(
+        *PARTITION_KEYS, "lag", sf.coalesce(sf.col("member"), sf.lit("")).alias("member")
     )
 
 
@@ -116,15 +120,51 @@ def _plan_rows(strategy: str, key: tuple[Any, ...], frame: pd.DataFrame) -> pd.D
     return pd.DataFrame(out, columns=columns)
 
 
+def _key(cluster: Any, group: Any) -> tuple[Any, Any]:
+    """A group's key as a Python value: null (None or NaN from pandas) becomes None."""
+    return (None if pd.isna(cluster) else cluster, None if pd.isna(group) else group)
+
+
+def _plan_complete_groups(strategy: str, frame: pd.DataFrame) -> pd.DataFrame:
+    parts = [
+        _plan_rows(strategy, _key(cluster, group), part)
+        for (cluster, group), part in frame.groupby(["cluster", "group"], sort=False, dropna=False)
+    ]
+    return pd.concat(parts, ignore_index=True)
+
+
+def plan_batches(strategy: str, batches: Iterable[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    """Plan rows (PLAN_SCHEMA) for batches of lag rows sorted by (cluster, group): every group's
+    rows are together, though a group may continue into the next batch."""
+    pending: pd.DataFrame | None = None  # the last group of the batches so far, maybe incomplete
+    for batch in batches:
+        if batch.empty:
+            continue
+        rows = batch if pending is None else pd.concat([pending, batch], ignore_index=True)
+        keys = [_key(c, g) for c, g in zip(rows["cluster"], rows["group"], strict=True)]
+        tail = len(keys) - 1
+        while tail > 0 and keys[tail - 1] == keys[-1]:
+            tail -= 1
+        pending = rows.iloc[tail:]
+        if tail > 0:
+            yield _plan_complete_groups(strategy, rows.iloc[:tail])
+    if pending is not None:
+        yield _plan_complete_groups(strategy, pending)
+
+
 def plan(lags: DataFrame, *, strategy: str) -> DataFrame:
     """Plans for every (cluster, group) in `lags` (columns: PARTITION_KEYS, lag, member)."""
     get_strategy(strategy)  # an unknown name fails here, on the driver, not in every task
 
-    def per_group(key: tuple[Any, ...], frame: pd.DataFrame) -> pd.DataFrame:
-        return _plan_rows(strategy, key, frame)
+    def per_batch(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        return plan_batches(strategy, batches)
 
+    # An explicit partition count: the rows are few bytes but much CPU in Python, and adaptive
+    # execution, which sizes partitions by bytes, would coalesce them all into one task.
+    tasks = int(lags.sparkSession.conf.get("spark.sql.shuffle.partitions") or "1")
     return (
         lags.select(*PARTITION_KEYS, "lag", "member")
-        .groupBy("cluster", "group")
-        .applyInPandas(per_group, PLAN_SCHEMA)
+        .repartition(tasks, "cluster", "group")
+        .sortWithinPartitions("cluster", "group")
+        .mapInPandas(per_batch, PLAN_SCHEMA)
     )

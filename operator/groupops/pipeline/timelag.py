@@ -9,10 +9,13 @@ average produce rate over the whole history. A group that is caught up (c ≥ lo
 linear series log_end = a + r·t this gives exactly lag / r.
 
 In Spark this is an as-of lookup without a range join: history points and queries go into one
-stream per (cluster, topic, partition) ordered by offset; the previous history point comes from a
-running `last(..., ignorenulls)` and the next from the same in reverse order (both frames start
-at the partition's beginning, so each is one pass after the sort). Groups reading the same topic
-share its history.
+stream per (cluster, topic, partition) ordered by (offset, kind, t); the previous history point
+comes from a running `last(..., ignorenulls)` and the next from `lead(..., 1) IGNORE NULLS`, both
+over that one ordering, so the stream is shuffled once and sorted once (the partition-wide
+min/max reuse the same sort). A query's own point is null, so "the next non-null point after the
+query" is "the first history point at or after it": the same row that a running `last` over the
+reverse order finds, which an earlier version did at the cost of a second sort (docs/design.md
+§10). Groups reading the same topic share its history.
 
 Outputs: `timelag(snapshots)` one row per snapshot row: cluster, group, topic, partition, member,
 ts, lag, time_lag_s; `timelag_by_member(per_partition)` at each group's latest snapshot: per
@@ -25,11 +28,12 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as sf
 
-from groupops.pipeline.frames import GROUP_KEYS, TOPIC_PARTITION_KEYS, with_seconds_and_lag
+from groupops.pipeline.frames import GROUP_KEYS, TOPIC_PARTITION_KEYS, at_newest, with_seconds_and_lag
 
 __all__ = ["timelag", "timelag_by_group", "timelag_by_member"]
 
 _HISTORY, _QUERY = 1, 0
+_POINT = "history_point"  # (offset, t) on history rows, null on queries
 
 
 def timelag(snapshots: DataFrame) -> DataFrame:
@@ -58,22 +62,17 @@ def timelag(snapshots: DataFrame) -> DataFrame:
         "log_end",
         "lag",
     )
-    stream = history.unionByName(queries)
     is_history = sf.col("kind") == _HISTORY
-    history_point = sf.when(is_history, point)
+    stream = history.unionByName(queries).withColumn(_POINT, sf.when(is_history, point))
     ascending = Window.partitionBy(*TOPIC_PARTITION_KEYS).orderBy("offset", "kind", "t")
-    descending = Window.partitionBy(*TOPIC_PARTITION_KEYS).orderBy(
-        sf.col("offset").desc(), sf.col("kind").desc(), sf.col("t").desc()
-    )
     whole = Window.partitionBy(*TOPIC_PARTITION_KEYS)
     located = stream.select(
         "*",
-        sf.last(history_point, ignorenulls=True)
+        sf.last(_POINT, ignorenulls=True)
         .over(ascending.rowsBetween(Window.unboundedPreceding, -1))
         .alias("before"),
-        sf.last(history_point, ignorenulls=True)
-        .over(descending.rowsBetween(Window.unboundedPreceding, Window.currentRow))
-        .alias("after"),
+        # PySpark's `lead` has no ignoreNulls argument; the SQL form has (Spark ≥ 3.2).
+        sf.expr(f"lead({_POINT}, 1) IGNORE NULLS").over(ascending).alias("after"),
         sf.min(sf.when(is_history, sf.col("t"))).over(whole).alias("first_t"),
         sf.max(sf.when(is_history, sf.col("t"))).over(whole).alias("last_t"),
         sf.min(sf.when(is_history, sf.col("offset"))).over(whole).alias("first_offset"),
@@ -110,8 +109,7 @@ def timelag(snapshots: DataFrame) -> DataFrame:
 
 
 def _latest(per_partition: DataFrame) -> DataFrame:
-    newest = sf.max("ts").over(Window.partitionBy(*GROUP_KEYS))
-    return per_partition.withColumn("group_ts", newest).where(sf.col("ts") == sf.col("group_ts"))
+    return at_newest(per_partition, time_column="ts")
 
 
 def timelag_by_member(per_partition: DataFrame) -> DataFrame:
