@@ -105,7 +105,7 @@ class HeartbeatBook:
         self._refused: dict[tuple[str, str], tuple[str | None, str]] = {}
         self._published: dict[_PolicyKey, tuple[int, float]] = {}
         self._max_poll: dict[_PolicyKey, float] = {}
-        self.progress: dict[tuple[str, str], HeardProgress] = {}
+        self._progress: dict[tuple[str, str], HeardProgress] = {}
         """The last progress each replica reported, by (namespace, Lease name)."""
 
     # -- the policies' daemons ----------------------------------------------------------------------
@@ -119,9 +119,9 @@ class HeartbeatBook:
             if self._clocks.get((namespace, policy)) is clock:
                 del self._clocks[(namespace, policy)]
                 self._max_poll.pop((namespace, policy), None)
-                gone = [k for k, v in self.progress.items() if k[0] == namespace and v.policy == policy]
+                gone = [k for k, v in self._progress.items() if k[0] == namespace and v.policy == policy]
                 for key in gone:
-                    del self.progress[key]
+                    del self._progress[key]
 
     def note_published(self, namespace: str, policy: str, epoch: int) -> None:
         """The policy's plan is at `epoch` (noted with the moment this process first saw it)."""
@@ -137,7 +137,7 @@ class HeartbeatBook:
 
     def progress_of(self, namespace: str, lease: str) -> HeardProgress | None:
         """What the replica of `lease` last reported, None when it never reported progress."""
-        return self.progress.get((namespace, lease))
+        return self._progress.get((namespace, lease))
 
     # -- the fence guard ----------------------------------------------------------------------------
 
@@ -228,7 +228,7 @@ class HeartbeatBook:
         return self._answer(heartbeat, HeartbeatStatus.GRANTED, valid=GRANT_FRACTION * duration)
 
     def _note_progress(self, heartbeat: Heartbeat, policy: str, identity: str) -> None:
-        self.progress[(heartbeat.namespace, heartbeat.lease)] = HeardProgress(
+        self._progress[(heartbeat.namespace, heartbeat.lease)] = HeardProgress(
             dict(heartbeat.progress), self._wall(), policy
         )
         poll = heartbeat.progress.get("poll")
