@@ -7,8 +7,10 @@ Protocol (the operator's side is `groupops.planner.handoff`; the format is `plan
 1. acquire: a Lease with no holder, released on exit, or already ours is taken at once (compare-
    and-swap on its resourceVersion). One held by another process of this identity is taken only
    after this process has seen it unchanged for the lease duration, as leader election does, so
-   a replacement never runs beside a zombie. The operator creates the Lease; if it is missing and
-   this process may create it (outside the operator), it does.
+   a replacement never runs beside a zombie. The floor starts at the Lease's `released-through`
+   and just below the epoch an earlier process acknowledged: a restarted replica never applies a
+   plan older than what its identity acknowledged (docs/design.md §7.6). The operator creates the
+   Lease; if it is missing and this process may create it (outside the operator), it does.
 2. renew: every `renew_interval_s` (and at once after an acknowledgement, `kick`), write the
    report (acknowledged epoch, partitions owned, state) with compare-and-swap. A successful write
    *sent* at t makes the replica valid until t + renew_deadline (< the duration the operator
@@ -426,6 +428,11 @@ class LeaseKeeper:
         record = lease_record((current.get("metadata") or {}).get("annotations"))
         if record.released_through is not None:
             self._raise_floor(record.released_through)
+        if record.acked_epoch is not None and record.incarnation != self.incarnation:
+            # The operator granted partitions to others from this identity's acknowledgement: a
+            # plan older than it (a restored ConfigMap, a stale read) may give back what was
+            # since granted elsewhere. The new process resumes where the old one acknowledged.
+            self._raise_floor(record.acked_epoch - 1)
         holder = spec.get("holderIdentity")
         if not holder or record.state is LeaseState.RELEASED or record.incarnation == self.incarnation:
             return True

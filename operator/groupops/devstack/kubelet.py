@@ -97,6 +97,21 @@ class ConsumerProcess:
             assert self.process is not None
             self.process.send_signal(signum)
 
+    def pause(self) -> None:
+        """SIGSTOP; returns once the kernel shows the process stopped (or after 2 s)."""
+        self.signal(signal.SIGSTOP)
+        assert self.process is not None
+        stat = Path(f"/proc/{self.process.pid}/stat")
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            try:
+                state = stat.read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                return
+            if state in ("T", "t"):
+                return
+            time.sleep(0.001)
+
     def kill(self) -> None:
         """SIGKILL, as a crash; waits until the process is gone."""
         if self.process is not None and self.process.poll() is None:
@@ -194,16 +209,20 @@ class Kubelet:
         assert run is not None, f"pod {pod} has no process (running: {sorted(self.runs)})"
         return run
 
+    # A crash or a freeze is journaled once the process can no longer work (killed and reaped,
+    # stopped): a record it processed between the call and the signal landing is then still
+    # before its fault, and the audit explains its re-processing.
+
     def crash(self, pod: str) -> None:
         run = self.run_of(pod)
-        self._fault(run, "crash")
         run.process.kill()
+        self._fault(run, "crash")
 
     def freeze(self, pod: str) -> None:
         run = self.run_of(pod)
-        self._fault(run, "freeze")
         run.frozen = True
-        run.process.signal(signal.SIGSTOP)
+        run.process.pause()
+        self._fault(run, "freeze")
 
     def thaw(self, pod: str) -> None:
         run = self.run_of(pod)

@@ -222,6 +222,36 @@ def test_a_released_lease_is_taken_at_once_and_its_floor_is_honoured() -> None:
     assert second.floor == 9
 
 
+def test_a_new_process_never_applies_a_plan_older_than_its_identity_acknowledged() -> None:
+    """The crashed process acknowledged epoch 8 (the operator may since have granted what 8 took
+    from it elsewhere); its successor may re-apply 8, nothing older, and says so on the Lease."""
+    store, clock = LeaseStore(), Clock()
+    first = keeper(store, clock, "first")
+    first.acquire(threading.Event())
+    first.report(acked_epoch=8, partitions=(TopicPartition("t", 0),), state=LeaseState.ACTIVE)
+    assert first.renew_once()
+    clock.now += SETTINGS.duration_s + 1.0  # the first process died; its Lease went silent
+    second = keeper(store, clock, "second")
+    stop = threading.Event()
+    stop.wait = lambda seconds: bool(setattr(clock, "now", clock.now + seconds))  # type: ignore[method-assign]
+    assert second.acquire(stop)
+    assert second.floor == 7
+    record = lease_record(annotations(store))
+    assert record.incarnation == "second"
+    assert record.released_through == 7
+    assert record.acked_epoch is None
+
+
+def test_its_own_acknowledgement_does_not_raise_a_process_floor() -> None:
+    store, clock = LeaseStore(), Clock()
+    k = keeper(store, clock)
+    k.acquire(threading.Event())
+    k.report(acked_epoch=8, partitions=(TopicPartition("t", 0),), state=LeaseState.ACTIVE)
+    assert k.renew_once()
+    assert k.acquire(threading.Event())
+    assert k.floor == -1
+
+
 def test_without_create_permission_it_waits_for_the_operator() -> None:
     store, clock = LeaseStore(may_create=False), Clock()
     k = keeper(store, clock)

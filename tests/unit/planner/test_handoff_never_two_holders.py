@@ -4,7 +4,8 @@ that may read a plan that is not the newest one: an older plan restored into the
 hand edit, or no plan at all (the ConfigMap deleted).
 
 The model's replicas follow the runtime's rules: apply only newer plans (and nothing at or
-below a fence they have seen), stop everything when the Lease is lost, acknowledge what they
+below a fence they have seen; a restarted process nothing below what its identity's Lease
+acknowledged), stop everything when the Lease is lost, acknowledge what they
 apply with one Lease write. The operator may fence a replica only once that replica has stopped
 (the lease-duration timing the runtime guarantees); everything else may interleave freely.
 Plans are kept in the order they were written, so two plans may share an epoch (a plan published
@@ -178,9 +179,10 @@ class HandoffModel(RuleBasedStateMachine):
         if replica.alive:
             return
         lease = replica.lease
+        floor = max(lease.void_through(), lease.acked() - 1)
         self.replicas[IDENTITIES[index]] = Replica(
-            floor=lease.void_through(),
-            lease=MemberState(acked_epoch=None, partitions=(), released_through=lease.released_through),
+            floor=floor,
+            lease=MemberState(acked_epoch=None, partitions=(), released_through=None if floor < 0 else floor),
         )
 
     @rule(data=st.data())
