@@ -22,11 +22,15 @@ __all__ = [
     "java_binary",
     "kafka_libs",
     "kube_apiserver_binary",
+    "prometheus_binary",
+    "promtool_binary",
 ]
 
 KAFKA_VERSION = "4.3.1"
 K8S_VERSION = "1.33.13"
 ETCD_VERSION = "3.5.21"
+PROMETHEUS_VERSION = "2.42.0"
+"""Debian bookworm's `prometheus` package (mk/prometheus.mk)."""
 
 _BUILD_HINT = "run `make stack` in the repository (it fetches and builds the local stack)"
 
@@ -69,3 +73,20 @@ def java_binary() -> Path:
     if found is None:
         raise NotBuiltError("no `java` on PATH and no JAVA_HOME: the Kafka broker needs Java 17+")
     return Path(found)
+
+
+def _prometheus_tool(name: str) -> Path:
+    configured = os.environ.get("GROUPOPS_PROMETHEUS")
+    directory = Path(configured) if configured else cache_dir() / f"prometheus-{PROMETHEUS_VERSION}"
+    binary = directory / name
+    if not os.access(binary, os.X_OK):
+        raise NotBuiltError(f"{name} not found at {binary}: run `make prometheus` in the repository")
+    return binary
+
+
+def prometheus_binary() -> Path:
+    return _prometheus_tool("prometheus")
+
+
+def promtool_binary() -> Path:
+    return _prometheus_tool("promtool")

@@ -26,6 +26,12 @@ def test_kubernetes_and_etcd_versions_match_the_go_modules() -> None:
     assert f"go.etcd.io/etcd/server/v3 v{paths.ETCD_VERSION}" in etcd
 
 
+def test_prometheus_version_matches_the_debian_package_the_makefile_fetches() -> None:
+    makefile = (ROOT / "mk" / "prometheus.mk").read_text()
+    assert f"PROMETHEUS_VERSION := {paths.PROMETHEUS_VERSION}+ds" in makefile
+    assert f"PROMETHEUS_DIR := $(CACHE)/prometheus-{paths.PROMETHEUS_VERSION}" in makefile
+
+
 def test_every_staging_module_is_replaced_by_its_published_tag() -> None:
     go_mod = (ROOT / "tools" / "k8s" / "kube-apiserver" / "go.mod").read_text()
     staging_tag = "v0." + paths.K8S_VERSION.split(".", 1)[1]
