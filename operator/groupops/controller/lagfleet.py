@@ -3,7 +3,9 @@ per cluster and credentials, and the per-cluster requests of every policy read w
 batched into one call.
 
 Who calls it: `reconcile`'s lag step (`_read_lag`), on the lag pool, for every policy whose
-`lagSource.type` is `kafka`; `controller.main` creates the readers and closes them on shutdown.
+`lagSource.type` is `kafka`, and for the partition counts of the `prometheus` and `burrow`
+sources (`partition_counts`, through `controller.lagaccess`); `controller.main` creates the
+readers and closes them on shutdown.
 
 What a policy's read returns is exactly `KafkaLagSource.read`'s: both run
 `groupops.lag.kafka.read_group_offsets`; only who answers the per-cluster requests differs
@@ -49,7 +51,13 @@ from groupops.lag import (
     LagSourceConfigError,
     LagSourceUnavailable,
 )
-from groupops.lag.kafka import KafkaLagSettings, lag_snapshot, read_group_offsets, settings_from_spec
+from groupops.lag.kafka import (
+    KafkaLagSettings,
+    lag_snapshot,
+    read_group_offsets,
+    read_partition_counts,
+    settings_from_spec,
+)
 from groupops.lag.kafka_admin import KafkaAdmin, OffsetQuery, describe_error
 from groupops.lag.registry import SourceContext
 
@@ -236,6 +244,10 @@ class ClusterLagReader:
         offsets = read_group_offsets(settings, group_id, topics, admin=self.admin, cluster=self)
         return lag_snapshot(offsets, settings, history=history)
 
+    def partition_counts(self, settings: KafkaLagSettings, topics: Sequence[str]) -> dict[str, int]:
+        """Each existing topic's partition count, from the cached descriptions or a round."""
+        return read_partition_counts(settings, topics, admin=self.admin, cluster=self)
+
     def close(self) -> None:
         self.admin.close()
 
@@ -338,6 +350,13 @@ class KafkaClusterReaders:
         of the settings' connection."""
         with self.reader(settings) as reader:
             return reader.read(settings, group_id, topics, history=history)
+
+    def partition_counts(self, settings: KafkaLagSettings, topics: Sequence[str]) -> dict[str, int]:
+        """`KafkaLagSource(settings).partition_counts(topics)` through the reader of the
+        settings' connection: what the HTTP lag sources count partitions by
+        (`SourceContext.partition_counts`, given by `controller.lagaccess`)."""
+        with self.reader(settings) as reader:
+            return reader.partition_counts(settings, topics)
 
     @contextmanager
     def reader(self, settings: KafkaLagSettings) -> Iterator[ClusterLagReader]:

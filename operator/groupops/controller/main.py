@@ -82,6 +82,8 @@ def run_operator(settings: Settings, *, verbose: bool = False) -> None:
             return
         metrics.leader_term.set(elector.term)
         elector.start_renewing(_exit_on_lost_leadership)
+    else:
+        metrics.leader.set(1)  # the only operator runs the reconciles (the no-leader alert's view)
     # Lag reads mostly wait on a source; more of them in flight make bigger ListOffsets rounds (§8.4).
     lag_pool = ThreadPoolExecutor(max_workers=4 * settings.reconcile.workers, thread_name_prefix="lag")
     kafka_readers = KafkaClusterReaders(metrics)  # one AdminClient per connection (docs/design.md §8.4)

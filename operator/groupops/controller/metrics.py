@@ -98,6 +98,60 @@ class Metrics:
             (*labels, "reason"),
             registry=self.registry,
         )
+        # -- what the alerts and the dashboard watch (charts/groupops/files/)
+        self.lag_source_up = Gauge(
+            "groupops_lag_source_up",
+            "1 when the policy's newest lag read succeeded, 0 while it fails (the policy plans on "
+            "the last known lag or on partition counts and is Degraded); source is its "
+            "lagSource.type. Absent until its first read answers.",
+            (*labels, "source"),
+            registry=self.registry,
+        )
+        self.lag_read_failures = Counter(
+            "groupops_lag_read_failures",
+            "Reconciles that found the policy's newest lag read failed, by source type: counted "
+            "once per reconcile, not once per read (a run while a slow read is still in flight "
+            "counts the previous failure again).",
+            (*labels, "source"),
+            registry=self.registry,
+        )
+        self.lag_age_seconds = Gauge(
+            "groupops_lag_age_seconds",
+            "Seconds since the policy's newest successful lag read, as its last reconcile took it: "
+            "the age of the lag it planned with (about 0 after a fresh read, growing while reads "
+            "fail). Absent until a read succeeded since the operator started.",
+            labels,
+            registry=self.registry,
+        )
+        self.members_behind_plan = Gauge(
+            "groupops_members_behind_plan",
+            "Members of the published plan whose Lease has not acknowledged its epoch yet, "
+            "leaving out void Leases (released or fenced, and not acknowledged since); 0 with "
+            "delivery native (its replicas acknowledge no epoch).",
+            labels,
+            registry=self.registry,
+        )
+        self.handoffs_in_flight = Gauge(
+            "groupops_handoffs_in_flight",
+            "Partitions being released by their previous owner: pending releases of the plan in "
+            "force after the policy's last reconcile.",
+            labels,
+            registry=self.registry,
+        )
+        self.oldest_handoff_seconds = Gauge(
+            "groupops_oldest_handoff_seconds",
+            "Wall-clock seconds since the oldest pending release of the plan in force was "
+            "published (0 when none).",
+            labels,
+            registry=self.registry,
+        )
+        self.fences = Counter(
+            "groupops_fences",
+            "Identities fenced by the operator: successful fence writes on a Lease that expired "
+            "(or was never taken) while its holder might hold partitions; failovers.",
+            labels,
+            registry=self.registry,
+        )
         self.api_requests = Counter(
             "groupops_operator_api_requests",
             "Requests of the operator to the Kubernetes API, by RBAC verb (get, list, watch, create, "
@@ -145,18 +199,44 @@ class Metrics:
         for identity, lag in lag_by_identity.items():
             self.member_lag.labels(namespace, policy, identity).set(lag)
 
+    def record_lag_source(self, namespace: str, policy: str, source: str, *, up: bool) -> None:
+        """Set the policy's `lag_source_up` for `source`, dropping the series of a source type the
+        policy used before (a switch away from a broken source must not leave it reading 0)."""
+        for labels in _series_of(self.lag_source_up, namespace, policy):
+            if labels[2] != source:
+                self.lag_source_up.remove(*labels)
+        self.lag_source_up.labels(namespace, policy, source).set(1 if up else 0)
+
     def forget(self, namespace: str, policy: str) -> None:
         """Drop a deleted policy's series (its identities are found from the member gauge)."""
-        for metric in (self.total_lag, self.imbalance, self.epoch, self.broker_matches):
+        for metric in (
+            self.total_lag,
+            self.imbalance,
+            self.epoch,
+            self.broker_matches,
+            self.lag_age_seconds,
+            self.members_behind_plan,
+            self.handoffs_in_flight,
+            self.oldest_handoff_seconds,
+            self.fences,
+        ):
             with contextlib.suppress(KeyError):
                 metric.remove(namespace, policy)
-        for gauge in (self.member_lag, self.member_seconds_since_poll):
-            for sample_labels in [
-                tuple(labels)
-                for labels in list(gauge._metrics)
-                if labels[0] == namespace and labels[1] == policy
-            ]:
-                gauge.remove(*sample_labels)
+        for labelled in (
+            self.member_lag,
+            self.member_seconds_since_poll,
+            self.lag_source_up,
+            self.lag_read_failures,
+        ):
+            for labels in _series_of(labelled, namespace, policy):
+                labelled.remove(*labels)
 
     def serve(self, host: str, port: int) -> None:
         start_http_server(port, addr=host, registry=self.registry)
+
+
+def _series_of(metric: Gauge | Counter, namespace: str, policy: str) -> list[tuple[str, ...]]:
+    """The label values of the policy's series of a metric labelled (namespace, policy, ...)."""
+    return [
+        tuple(labels) for labels in list(metric._metrics) if labels[0] == namespace and labels[1] == policy
+    ]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import base64
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -43,7 +43,8 @@ from groupops.controller.decide import Decision, decide
 from groupops.controller.guard import GuardError
 from groupops.controller.identities import IdentityView, identity_view, pod_ordinals
 from groupops.controller.kafkaguard import check_bootstrap_servers, check_kafka_properties
-from groupops.controller.lagread import counts_from_plan, zero_lag
+from groupops.controller.lagaccess import with_policy_access
+from groupops.controller.lagread import LagTake, counts_from_plan, zero_lag
 from groupops.controller.names import (
     API_GROUP,
     API_VERSION,
@@ -82,7 +83,7 @@ from groupops.lag import kafka as kafka_lag
 from groupops.lag.registry import SourceContext, build_lag_source
 from groupops.lag.reset import apply_reset, read_reset
 from groupops.model import MemberId, TopicPartition
-from groupops.planner.handoff import HandoffError, HandoffResult, fence_epoch, predicted_plan
+from groupops.planner.handoff import HandoffError, HandoffResult, MemberState, fence_epoch, predicted_plan
 from groupops.planner.plan_format import PublishedPlan, fence_annotations, lease_record
 from groupops.planner.plan_size import plan_configmap_problem
 from groupops.planner.wire import PlanFormatError
@@ -158,9 +159,9 @@ def _reconcile(run: RunContext) -> ReconcileResult:
     degraded = _with_missing_topics(degraded, snapshot.missing_topics, topics)
     if spec.consumers.autoscale is None:
         replicas = spec.consumers.replicas
-    elif degraded is None:
+    elif degraded is None and not snapshot.topics_without_series:
         replicas = spec.consumers.autoscale.replicas_for(snapshot.total())
-    else:  # no fresh lag: keep the replicas running, never scale on a guess
+    else:  # no fresh lag, or none for some topics (NoLagSeries): keep the replicas, never scale on a guess
         scale = spec.consumers.autoscale
         replicas = min(scale.maximum, max(scale.minimum, int(run.status.get("replicas") or scale.minimum)))
 
@@ -202,6 +203,7 @@ def _reconcile(run: RunContext) -> ReconcileResult:
     # -- plan ------------------------------------------------------------------------------------
     decision = decide(run, spec, snapshot, topics, view, observed, previous, paused=reset.paused)
     if spec.dry_run:
+        _record_plan_progress(run, spec, previous, leases_by_identity)
         write_status(
             run, spec, snapshot, view, decision, epoch=previous.epoch, replicas=replicas, degraded=degraded
         )
@@ -221,6 +223,7 @@ def _reconcile(run: RunContext) -> ReconcileResult:
             )
             fence.silent_heartbeat_holders(view, previous)
         now_plan = _publish(run, decision, result, configmap, observed)
+        _record_plan_progress(run, spec, now_plan, leases_by_identity, fenced=fence.fenced)
         if run.deps.heartbeats is not None:
             run.deps.heartbeats.note_published(run.policy.namespace, run.policy.name, now_plan.epoch)
         view = view_of(now_plan)
@@ -449,6 +452,7 @@ def _read_lag(
     take = run.memory.lag.take(
         read, pool=run.deps.lag_pool, wait_s=_LAG_WAIT_S, on_late_result=run.memory.poke
     )
+    _record_lag_take(run, spec.lag_source.type, take)
     known = take.snapshot if take.snapshot is not None and _covers(take.snapshot, spec.topics) else None
     if take.error is None and known is not None:
         return known, None
@@ -469,15 +473,31 @@ def _read_lag(
     return snapshot, (reason, message)
 
 
+def _record_lag_take(run: RunContext, source: str, take: LagTake) -> None:
+    """The lag gauges and the failure counter for what this run took (nothing is known while the
+    policy's first read has not answered). `PolicyLag.take` does not say whether its error is one
+    this policy's runs have seen already, so a failure counts once per run that finds it."""
+    metrics, ns, name = run.deps.metrics, run.policy.namespace, run.policy.name
+    if take.error is not None:
+        metrics.record_lag_source(ns, name, source, up=False)
+        metrics.lag_read_failures.labels(ns, name, source).inc()
+    elif take.snapshot is not None:
+        metrics.record_lag_source(ns, name, source, up=True)
+    if take.age_s is not None:
+        metrics.lag_age_seconds.labels(ns, name).set(take.age_s)
+
+
 def _source_context(run: RunContext, spec: PolicySpec, client_config: Mapping[str, str]) -> SourceContext:
-    """How this run reaches the policy's Kafka (lag reads, offset resets)."""
-    return SourceContext(
+    """How this run reaches the policy's Kafka, and the Secrets its lag source names (lag reads,
+    offset resets: `lagaccess`)."""
+    context = SourceContext(
         bootstrap_servers=spec.kafka.bootstrap_servers,
         client_config={**spec.kafka.properties, **client_config},
         auto_offset_reset=spec.strategy.auto_offset_reset,
         timeout_seconds=run.deps.settings.reconcile.lag_timeout_seconds,
         history=run.deps.history,
     )
+    return with_policy_access(run, context)
 
 
 def _covers(snapshot: LagSnapshot, topics: Sequence[str]) -> bool:
@@ -621,6 +641,7 @@ class _Fencer:
                 book.fence_failed(ns, name, version=version)
             return False
         self.fenced.add(identity)
+        run.deps.metrics.fences.labels(ns, run.policy.name).inc()
         run.log.info("fenced %s through epoch %d (Lease expired or never taken)", identity, epoch)
         return True
 
@@ -638,6 +659,43 @@ class _Fencer:
                 continue
             if record.heartbeats and record.incarnation and record.fenced_incarnation != record.incarnation:
                 self(identity, fence_epoch(previous, member_states(self._leases)))
+
+
+def _record_plan_progress(
+    run: RunContext,
+    spec: PolicySpec,
+    plan: PublishedPlan,
+    leases: Mapping[str, Mapping[str, Any] | None],
+    *,
+    fenced: Collection[str] = (),
+) -> None:
+    """The gauges of the plan in force after this run, set on every run (so they go back to 0
+    once the handoffs are done): its members that have not acknowledged its epoch, its pending
+    releases, and the age of the oldest. `leases` are as the run read them; those it `fenced`
+    since are void. With delivery native nobody acknowledges epochs (Kafka's generations fence):
+    nobody is behind."""
+    metrics, ns, name = run.deps.metrics, run.policy.namespace, run.policy.name
+    behind = 0
+    if spec.consumers.delivery != "native":
+        states = member_states(leases)
+        behind = sum(
+            1
+            for identity in plan.plan.assignment
+            if identity not in fenced and _behind(states.get(identity, MemberState()), plan.epoch)
+        )
+    metrics.members_behind_plan.labels(ns, name).set(behind)
+    metrics.handoffs_in_flight.labels(ns, name).set(len(plan.releasing))
+    oldest = min((release.since for release in plan.releasing.values()), default=None)
+    age = 0.0 if oldest is None else max(0.0, run.now.timestamp() - oldest)
+    metrics.oldest_handoff_seconds.labels(ns, name).set(age)
+
+
+def _behind(state: MemberState, epoch: int) -> bool:
+    """Not acknowledged `epoch` yet, and not void: a Lease whose newest word is a release or a
+    fence (released-through at or above its acknowledged epoch) has no holder that applies plans;
+    the next process of the identity acknowledges afresh."""
+    void = state.released_through is not None and state.void_through() >= state.acked()
+    return state.acked() < epoch and not void
 
 
 def _publish(

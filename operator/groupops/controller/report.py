@@ -95,7 +95,7 @@ def write_status(
             entry["stopped"] = [f"{tp}@{offset}" for tp, offset in lease.stopped]
             stopped.extend(f"{tp}@{offset} on {identity}" for tp, offset in lease.stopped)
         members.append(entry)
-    degraded = _with_stopped(degraded, stopped)
+    degraded = _with_stopped(_with_no_lag_series(degraded, snapshot), stopped)
     last = run.status.get("lastRebalance")
     if decision.published and not spec.dry_run:
         last = iso(run.now)
@@ -221,6 +221,26 @@ def _announce_errors(
                 reason,
                 f"{identity} {what}: {grown} more ({now[kind]} since it started); see its log",
             )
+
+
+def _with_no_lag_series(degraded: tuple[str, str] | None, snapshot: LagSnapshot) -> tuple[str, str] | None:
+    """Degraded=True with reason NoLagSeries while the lag source has no series at all for some
+    topics (`prometheus`, `burrow`: an exporter reports a group once it has committed, so a new
+    group has none until its replicas start): those topics are planned with lag 0 on Kafka's
+    partition counts, and the replicas start. Cleared by the first read with series for every
+    topic (or added to another reason's message)."""
+    topics = snapshot.topics_without_series
+    if not topics:
+        return degraded
+    one = len(topics) == 1
+    note = (
+        f"the lag source has no lag series for {'topic' if one else 'topics'} {', '.join(topics)} of "
+        f"group {snapshot.group_id} (exporters report a group once it commits): "
+        f"{'it is' if one else 'they are'} planned with lag 0 on Kafka's partition counts"
+    )
+    if degraded is None:
+        return "NoLagSeries", note
+    return degraded[0], f"{degraded[1]}; {note}"
 
 
 def _with_stopped(degraded: tuple[str, str] | None, stopped: list[str]) -> tuple[str, str] | None:

@@ -20,16 +20,19 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeAlias
 
 import yaml
 
 from groupops.devstack import paths
 from groupops.devstack.process import ManagedProcess, free_port
 
-__all__ = ["PrometheusError", "PrometheusServer"]
+__all__ = ["PrometheusError", "PrometheusServer", "Target"]
 
 SCRAPE_INTERVAL = "1s"
+
+Target: TypeAlias = str | tuple[str, Mapping[str, str]]
+"""A scrape target: "host:port", or ("host:port", labels to attach, as a PodMonitor would)."""
 
 
 class PrometheusError(RuntimeError):
@@ -40,7 +43,7 @@ class PrometheusServer:
     def __init__(
         self,
         workdir: Path,
-        targets: Mapping[str, Sequence[str]] | None = None,
+        targets: Mapping[str, Sequence[Target]] | None = None,
         *,
         rule_files: Sequence[Path] = (),
     ) -> None:
@@ -59,8 +62,8 @@ class PrometheusServer:
             "global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": SCRAPE_INTERVAL},
             "rule_files": self._rule_files,
             "scrape_configs": [
-                {"job_name": job, "static_configs": [{"targets": addresses}]}
-                for job, addresses in sorted(self._targets.items())
+                {"job_name": job, "static_configs": [_static_config(target) for target in targets]}
+                for job, targets in sorted(self._targets.items())
             ],
         }
         path = self.workdir / "prometheus.yml"
@@ -93,7 +96,7 @@ class PrometheusServer:
         except (OSError, urllib.error.URLError):
             return False
 
-    def set_targets(self, targets: Mapping[str, Sequence[str]]) -> None:
+    def set_targets(self, targets: Mapping[str, Sequence[Target]]) -> None:
         self._targets = {job: list(addresses) for job, addresses in targets.items()}
         self._write_config()
         request = urllib.request.Request(f"{self.url}/-/reload", method="POST")
@@ -144,3 +147,10 @@ class PrometheusServer:
         self, kind: type[BaseException] | None, value: BaseException | None, trace: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def _static_config(target: Target) -> dict[str, Any]:
+    if isinstance(target, str):
+        return {"targets": [target]}
+    address, labels = target
+    return {"targets": [address], "labels": dict(labels)}

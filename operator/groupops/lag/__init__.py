@@ -18,7 +18,9 @@ from groupops.lag.base import (
     LagSource,
     LagSourceConfigError,
     LagSourceUnavailable,
+    PartitionCounts,
     PartitionOffsets,
+    SecretReader,
     UnknownTopicError,
     lag_from_offsets,
 )
@@ -30,7 +32,9 @@ __all__ = [
     "LagSource",
     "LagSourceConfigError",
     "LagSourceUnavailable",
+    "PartitionCounts",
     "PartitionOffsets",
+    "SecretReader",
     "UnknownTopicError",
     "lag_from_offsets",
 ]

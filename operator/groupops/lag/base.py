@@ -92,10 +92,30 @@ class LagSnapshot:
     """The group's members and their partitions, when the source read them (`kafka`)."""
     missing_topics: tuple[str, ...] = ()
     """Topics asked for that do not exist on the cluster (deleted, not created yet): absent from
-    `lags`; the operator plans on the topics that remain (`kafka` source)."""
+    `lags`; the operator plans on the topics that remain (`kafka`, `prometheus`, `burrow`)."""
+    topics_without_series: tuple[str, ...] = ()
+    """Topics the source has no lag at all for (an exporter or Burrow that has not seen the group
+    commit on them yet): in `lags`, every partition 0, the count from Kafka's metadata
+    (`prometheus`, `burrow`). The operator plans on them and says so (`NoLagSeries`)."""
 
     def total(self) -> int:
         return sum(sum(per_topic) for per_topic in self.lags.values())
+
+
+class SecretReader(Protocol):
+    """Reads a Secret of the policy's namespace by name: its data, each value decoded from
+    base64; None when no such Secret exists. May raise a LagError (the operator may not read it:
+    LagSourceConfigError; the API cannot be reached: LagSourceUnavailable). The operator's
+    implementation is `controller.lagaccess.PolicySecrets`."""
+
+    def __call__(self, name: str) -> Mapping[str, bytes] | None: ...
+
+
+class PartitionCounts(Protocol):
+    """The partition count of each topic that exists, from the Kafka cluster's metadata; a topic
+    that does not exist is left out; UnknownTopicError when none exists."""
+
+    def __call__(self, topics: Sequence[str]) -> Mapping[str, int]: ...
 
 
 class LagSource(Protocol):

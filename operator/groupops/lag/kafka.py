@@ -78,6 +78,7 @@ __all__ = [
     "lag_snapshot",
     "normalize_auto_offset_reset",
     "read_group_offsets",
+    "read_partition_counts",
     "settings_from_spec",
 ]
 
@@ -247,10 +248,9 @@ class KafkaLagSource:
 
     def partition_counts(self, topics: Sequence[str]) -> dict[str, int]:
         """Each existing topic's partition count from the cluster's metadata (UnknownTopicError
-        when none exists): what the operator plans by when the lag source is down."""
-        deadline = Deadline(self.settings.timeout_s, self.settings.bootstrap_servers)
-        counts, _ = _GroupRead(self._admin, self._admin, deadline).describe_topics(list(topics))
-        return counts
+        when none exists): what the operator plans by when the lag source is down, and what the
+        HTTP sources count partitions by."""
+        return read_partition_counts(self.settings, topics, admin=self._admin)
 
     def read_group(self, group_id: str, topics: Sequence[str]) -> GroupOffsets:
         """The raw offsets behind `read`, plus whether the group exists and replica racks."""
@@ -270,6 +270,22 @@ def lag_snapshot(
     if history is not None:
         history.record(offsets, bootstrap=settings.bootstrap_servers, client_config=settings.client_config)
     return offsets.snapshot(settings.auto_offset_reset)
+
+
+def read_partition_counts(
+    settings: KafkaLagSettings,
+    topics: Sequence[str],
+    *,
+    admin: KafkaAdmin,
+    cluster: ClusterRequests | None = None,
+) -> dict[str, int]:
+    """Round trip 3 alone (DescribeTopics) within `settings.timeout_s`: the partition count of
+    each topic that exists; UnknownTopicError when none does."""
+    deadline = Deadline(settings.timeout_s, settings.bootstrap_servers)
+    counts, _ = _GroupRead(admin, admin if cluster is None else cluster, deadline).describe_topics(
+        sorted(set(topics))
+    )
+    return counts
 
 
 def read_group_offsets(

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from groupops.lag import burrow, prometheus, static
-from groupops.lag.base import LagSource, LagSourceConfigError
+from groupops.lag.base import LagSource, LagSourceConfigError, PartitionCounts, SecretReader
 
 if TYPE_CHECKING:
     from groupops.lag.history import OffsetHistory
@@ -31,6 +31,12 @@ class SourceContext:
     librdkafka properties from the auth Secret: never log it); auto_offset_reset: the lag rule for
     partitions without a commit; timeout_seconds: the budget of one read; history: where the
     `kafka` source appends the offsets it read (None: nowhere).
+    secrets: reads the Secrets an HTTP source's `auth` and `tls` name, in the policy's namespace
+    (None: this context reads none, and a spec naming one is refused).
+    partition_counts: topic partition counts from the policy's Kafka cluster, for the sources
+    that only see partitions with series (`prometheus`, `burrow`); None: a connection of their
+    own from bootstrap_servers and client_config, for one request per read. The operator passes
+    its shared per-cluster readers (`controller.lagaccess`).
     """
 
     bootstrap_servers: str
@@ -38,6 +44,8 @@ class SourceContext:
     auto_offset_reset: str = "latest"
     timeout_seconds: float = 10.0
     history: OffsetHistory | None = None
+    secrets: SecretReader | None = None
+    partition_counts: PartitionCounts | None = None
 
     def __repr__(self) -> str:  # keep secrets out of logs and tracebacks
         keys = len(self.client_config)

@@ -1,0 +1,261 @@
+"""The monitoring metrics the reconcile sets (controller/metrics.py; the alerts and the dashboard
+watch them): the lag source's health and the age of the lag planned with, the members behind the
+published plan, the handoffs in flight and the fences, run by run against an in-memory API."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, cast
+
+import pytest
+
+from groupops.controller.events import EventSink
+from groupops.controller.lagfleet import KafkaClusterReaders
+from groupops.controller.metrics import Metrics
+from groupops.controller.reconcile import Deps, PolicyMemory, reconcile
+from groupops.controller.render_plan import read_plan_configmap
+from groupops.controller.settings import Settings
+from groupops.lag import LagSnapshot, LagSourceUnavailable
+from groupops.lag.registry import SourceContext
+from groupops.model import MemberId
+from groupops.planner.plan_format import (
+    LeaseRecord,
+    LeaseState,
+    PublishedPlan,
+    format_micro_time,
+    lease_record_annotations,
+)
+from tests.unit.controller.fake_kube import FakeKube
+from tests.unit.controller.test_reconcile_steps import Clock
+
+LAGS = {"t": [10, 10, 10]}
+"""Three equal partitions for three replicas: one each, so a scale-down to two moves exactly one."""
+
+STATIC: dict[str, Any] = {
+    "kafka": {"bootstrapServers": "k:9092"},
+    "groupId": "g",
+    "topics": ["t"],
+    "strategy": {"type": "lag"},
+    "lagSource": {"type": "static", "static": {"lags": LAGS}},
+    "consumers": {"replicas": 3},
+}
+KAFKA: dict[str, Any] = {**STATIC, "lagSource": {"type": "kafka", "kafka": {}}}
+POLICY = {"namespace": "ns", "policy": "p"}
+
+
+class FlakyReaders:
+    """Stands in for `KafkaClusterReaders`: a `kafka` policy's reads answer LAGS, or raise
+    `failure` while it is set."""
+
+    def __init__(self) -> None:
+        self.failure: Exception | None = None
+
+    def source(self, spec: Any, context: SourceContext) -> FlakyReaders:
+        return self
+
+    def read(self, group_id: str, topics: Sequence[str]) -> LagSnapshot:
+        if self.failure is not None:
+            raise self.failure
+        return LagSnapshot(group_id=group_id, taken_at=0.0, lags=LAGS)
+
+    def close(self) -> None:
+        pass
+
+
+class World:
+    """One policy `ns/p`, its operator memory and metrics, and the replicas' side of its Leases."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.kube, self.clock, self.memory, self.metrics = FakeKube(), Clock(), PolicyMemory(), Metrics()
+        self.readers = FlakyReaders()
+        self.kube.put_policy("ns", "p", spec)
+
+    def run(self) -> Any:
+        deps = Deps(
+            client=self.kube,  # type: ignore[arg-type]
+            settings=Settings(),
+            metrics=self.metrics,
+            events=EventSink(self.kube),  # type: ignore[arg-type]
+            wall_clock=self.clock,
+            kafka_readers=cast(KafkaClusterReaders, self.readers),
+        )
+        result = reconcile(self.kube.policy("ns", "p"), deps, self.memory)
+        self.clock.advance(1)
+        return result
+
+    def value(self, name: str, **labels: str) -> float | None:
+        return self.metrics.registry.get_sample_value(name, {**POLICY, **labels})
+
+    def plan(self) -> PublishedPlan:
+        observed = read_plan_configmap(self.kube.get("v1", "ConfigMap", "ns", "p-plan"))
+        assert observed is not None
+        return observed.published
+
+    def acknowledge(self, *identities: str) -> None:
+        """Each replica holds its Lease, renews it and acknowledges the published epoch with the
+        partitions the plan gives it (it has applied the plan)."""
+        plan = self.plan()
+        for identity in identities:
+            record = LeaseRecord(
+                acked_epoch=plan.epoch,
+                partitions=tuple(plan.plan.assignment.get(MemberId(identity), ())),
+                state=LeaseState.ACTIVE,
+            )
+            self.kube.patch(
+                "coordination.k8s.io/v1",
+                "Lease",
+                "ns",
+                f"p-{identity}",
+                {
+                    "metadata": {"annotations": lease_record_annotations(record, identity)},
+                    "spec": {
+                        "holderIdentity": f"{identity}-process",
+                        "renewTime": format_micro_time(self.clock.now.timestamp()),
+                    },
+                },
+            )
+
+    def silence(self, identity: str) -> None:
+        """The operator has seen the replica's Lease unchanged for a minute (it died holding it)."""
+        lease = self.kube.get("coordination.k8s.io/v1", "Lease", "ns", f"p-{identity}")
+        assert lease is not None
+        name = MemberId(f"p-{identity}")
+        self.memory.clock.forget(name)
+        self.memory.clock.observe(name, lease["spec"]["renewTime"], time.monotonic() - 60, lifetime=4)
+
+
+def scaled(spec: dict[str, Any], replicas: int) -> dict[str, Any]:
+    return {**spec, "consumers": {**spec["consumers"], "replicas": replicas}}
+
+
+# -- lag source -------------------------------------------------------------------------------------
+
+
+def test_a_failed_lag_read_sets_the_source_down_and_counts_and_a_good_read_sets_it_up() -> None:
+    world = World(KAFKA)
+    world.run()
+    assert world.value("groupops_lag_source_up", source="kafka") == 1
+    assert world.value("groupops_lag_read_failures_total", source="kafka") is None
+    fresh = world.value("groupops_lag_age_seconds")
+    assert fresh is not None and 0 <= fresh < 1, "a fresh read is planned with at once"
+
+    world.readers.failure = LagSourceUnavailable("connection refused (k:9092)")
+    world.run()  # plans on the last good lag, Degraded
+    assert world.value("groupops_lag_source_up", source="kafka") == 0
+    assert world.value("groupops_lag_read_failures_total", source="kafka") == 1
+    stale = world.value("groupops_lag_age_seconds")
+    assert stale is not None and stale > fresh, "the last good lag grows older"
+    world.run()
+    assert world.value("groupops_lag_read_failures_total", source="kafka") == 2, "one per failing run"
+
+    world.readers.failure = None
+    world.run()
+    assert world.value("groupops_lag_source_up", source="kafka") == 1
+    assert world.value("groupops_lag_read_failures_total", source="kafka") == 2
+    healed = world.value("groupops_lag_age_seconds")
+    assert healed is not None and healed < stale
+
+
+def test_switching_the_lag_source_type_drops_the_old_sources_series() -> None:
+    world = World(STATIC)
+    world.run()
+    assert world.value("groupops_lag_source_up", source="static") == 1
+    world.readers.failure = LagSourceUnavailable("connection refused (k:9092)")
+    world.kube.put_policy("ns", "p", KAFKA)
+    world.run()  # the static lag read last is still known: planned on, Degraded
+    assert world.value("groupops_lag_source_up", source="kafka") == 0
+    assert world.value("groupops_lag_source_up", source="static") is None
+
+
+# -- the published plan -----------------------------------------------------------------------------
+
+
+def test_members_behind_plan_counts_the_members_that_have_not_acknowledged_its_epoch() -> None:
+    world = World(STATIC)
+    world.run()
+    assert world.plan().epoch == 1
+    assert world.value("groupops_members_behind_plan") == 3, "no replica has started yet"
+    world.acknowledge("g-0", "g-1")
+    world.run()
+    assert world.value("groupops_members_behind_plan") == 1
+    world.acknowledge("g-2")
+    world.run()
+    assert world.value("groupops_members_behind_plan") == 0
+
+
+def test_a_pending_release_is_a_handoff_in_flight_until_it_settles() -> None:
+    world = World(STATIC)
+    world.run()
+    world.acknowledge("g-0", "g-1", "g-2")
+    world.run()
+    assert world.value("groupops_handoffs_in_flight") == 0
+    assert world.value("groupops_oldest_handoff_seconds") == 0
+
+    world.kube.put_policy("ns", "p", scaled(STATIC, 2))
+    world.run()  # g-2's partition leaves its set in epoch 2 and waits for g-2 to let it go
+    assert [release.identity for release in world.plan().releasing.values()] == ["g-2"]
+    assert world.value("groupops_handoffs_in_flight") == 1
+    assert world.value("groupops_oldest_handoff_seconds") == 0, "published by this very run"
+    assert world.value("groupops_members_behind_plan") == 3, "nobody has applied epoch 2 yet"
+
+    world.clock.advance(5)
+    world.run()  # nothing changed: the gauges still follow the plan's age
+    assert world.value("groupops_handoffs_in_flight") == 1
+    assert world.value("groupops_oldest_handoff_seconds") == 6
+
+    world.acknowledge("g-0", "g-1", "g-2")
+    world.run()  # g-2 acknowledged its release: the partition goes to its new owner
+    assert world.plan().releasing == {}
+    assert world.value("groupops_handoffs_in_flight") == 0
+    assert world.value("groupops_oldest_handoff_seconds") == 0
+
+
+# -- fences -----------------------------------------------------------------------------------------
+
+
+def test_fencing_an_expired_replica_counts_one_fence_and_it_is_no_longer_behind() -> None:
+    world = World(STATIC)
+    world.run()
+    world.acknowledge("g-0", "g-1", "g-2")
+    world.run()
+    assert world.value("groupops_fences_total") is None
+
+    world.silence("g-2")
+    world.run()  # g-2 is fenced through epoch 1; epoch 2 gives its partition to the others
+    lease = world.kube.get("coordination.k8s.io/v1", "Lease", "ns", "p-g-2")
+    assert lease is not None
+    assert lease["metadata"]["annotations"]["groupops.dev/released-through"] == "1"
+    assert world.value("groupops_fences_total") == 1
+    assert world.value("groupops_members_behind_plan") == 2, "the fenced g-2 is not waited for"
+
+    world.run()
+    assert world.value("groupops_fences_total") == 1, "a void Lease is not fenced again"
+    assert world.value("groupops_members_behind_plan") == 2, "nor counted behind from its Lease"
+
+
+# -- policy deletion --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "labels"),
+    [
+        pytest.param("groupops_lag_source_up", {"source": "kafka"}, id="lag-source-up"),
+        pytest.param("groupops_lag_read_failures_total", {"source": "kafka"}, id="lag-read-failures"),
+        pytest.param("groupops_lag_age_seconds", {}, id="lag-age"),
+        pytest.param("groupops_members_behind_plan", {}, id="members-behind-plan"),
+        pytest.param("groupops_handoffs_in_flight", {}, id="handoffs-in-flight"),
+        pytest.param("groupops_oldest_handoff_seconds", {}, id="oldest-handoff"),
+        pytest.param("groupops_fences_total", {}, id="fences"),
+    ],
+)
+def test_a_deleted_policys_series_are_forgotten(name: str, labels: dict[str, str]) -> None:
+    world = World(KAFKA)
+    world.run()
+    world.acknowledge("g-0", "g-1", "g-2")
+    world.silence("g-2")
+    world.readers.failure = LagSourceUnavailable("connection refused (k:9092)")
+    world.run()
+    assert world.value(name, **labels) is not None
+    world.metrics.forget("ns", "p")
+    assert world.value(name, **labels) is None
