@@ -173,13 +173,26 @@ STUCK_INTERVAL_S = 6
 STUCK_LEASE_SECONDS = 4
 
 
+LENIENT_WATCHDOG_S = 600
+"""A replica-side max poll interval that never fires in the test: only the operator's view of
+the heartbeats' progress can fail the stuck replica over."""
+
+
+@pytest.mark.parametrize(
+    "own_watchdog",
+    [pytest.param(True, id="own-watchdog"), pytest.param(False, id="lenient-watchdog-operator-judges")],
+)
 def test_a_stuck_active_is_failed_over_within_the_max_poll_interval_and_restarted(
-    new_stack: StackFactory,
+    new_stack: StackFactory, own_watchdog: bool
 ) -> None:
-    # Every replica processes with stall_on_poison; only ordinal 0's process stalls on it.
-    with new_stack(
-        partitions=PARTITIONS, lease_seconds=STUCK_LEASE_SECONDS, extra_env=stalling_env("*-0")
-    ) as s:
+    # Every replica processes with stall_on_poison; only ordinal 0's process stalls on it. With a
+    # lenient watchdog the replicas' own max poll interval (their pod's environment) is overridden
+    # far above the policy's: the leader refuses the stuck replica's heartbeats, which carry its
+    # progress, and the replica surrenders (docs/design.md §7.5, fifth rule).
+    env = stalling_env("*-0")
+    if not own_watchdog:
+        env["GROUPOPS_MAX_POLL_INTERVAL_SECONDS"] = str(LENIENT_WATCHDOG_S)
+    with new_stack(partitions=PARTITIONS, lease_seconds=STUCK_LEASE_SECONDS, extra_env=env) as s:
         active, standby = s.identity(0), s.identity(1)
         spec = failover_spec(s, failback=False)
         spec["consumers"]["maxPollIntervalSeconds"] = STUCK_INTERVAL_S
@@ -213,6 +226,13 @@ def test_a_stuck_active_is_failed_over_within_the_max_poll_interval_and_restarte
         # would, and the new process takes the Lease once it expired, as a standby (no failback).
         wait_for("the stuck process exiting", lambda: stuck_process.poll() is not None, 60)
         assert stuck_process.returncode == EXIT_STUCK
+        verdicts = [
+            str(e.get("why"))
+            for e in load_journals(s.record_dir).events
+            if e.get("k") == "fence" and e.get("i") == active
+        ]
+        judge = "loop" if own_watchdog else "operator"  # consumer/progress.py Rule
+        assert any(why.startswith(f"stuck ({judge})") for why in verdicts), verdicts
         wait_for(
             "the restarted replica holding its Lease",
             lambda: holder_incarnation(s, active) not in (None, old_incarnation),
