@@ -7,6 +7,8 @@ installed here, their documented names and labels are served instead):
   `lag` strategy gives the same assignment from both;
 - a partition the group never committed has no series: it reads 0 and is still counted, since
   the counts come from Kafka's metadata;
+- after a kafka-lag-exporter rebalance, the old members' series (here with a higher, outdated
+  lag) stop counting at once: Prometheus marks them stale when they vanish from a scrape;
 - a group without any series yet reads every partition as 0 and names its topics as without
   series, then reads real lag once the exporter reports it.
 """
@@ -121,3 +123,36 @@ def test_a_group_without_series_reads_zero_on_kafkas_counts_until_the_exporter_r
     finally:
         lag_source.close()
     assert list(seen.lags[topic]) == [8_000, 2_000, 5_500, 0, 0]
+
+
+def test_series_of_members_gone_in_a_rebalance_stop_counting_once_they_vanish(
+    kafka_bootstrap: str,
+    unique_name: Callable[[str], str],
+    exporter_on_prometheus: tuple[ExporterServer, PrometheusServer],
+) -> None:
+    exporter, prometheus = exporter_on_prometheus
+    topic, group = unique_name("orders"), unique_name("processor")
+    create_topic(kafka_bootstrap, topic, len(COUNTS))
+    produce(kafka_bootstrap, topic, COUNTS)
+    consume_and_commit(kafka_bootstrap, group, topic, COMMITTED)
+    exact = [8_000, 2_000, 5_500, 0, 0]
+    outdated = [lag + 1_000 if p in COMMITTED else 0 for p, lag in enumerate(exact)]
+    exporter.serve(group, [topic])
+    exporter.lag_exporter_members("consumer-old", offset=1_000)
+    lag_source = prometheus_source(prometheus, kafka_bootstrap, "kafka-lag-exporter")
+    try:
+        wait_for(
+            "the old member's series",
+            lambda: list(lag_source.read(group, [topic]).lags.get(topic, ())) == outdated,
+            30,
+            interval=1,
+        )
+        exporter.lag_exporter_members("consumer-new")
+        wait_for(
+            "only the new member's series counting",
+            lambda: list(lag_source.read(group, [topic]).lags.get(topic, ())) == exact,
+            30,
+            interval=1,
+        )
+    finally:
+        lag_source.close()

@@ -38,6 +38,10 @@ class _ExporterMetrics(Collector):
         self._lock = threading.Lock()
         self.groups: dict[str, tuple[str, ...]] = {}
         """The groups served, with their topics (a group not listed has no series at all)."""
+        self.lag_exporter_members: tuple[str, ...] = ("consumer-1", "consumer-2")
+        """kafka-lag-exporter's member labels per partition: two by default (duplicates)."""
+        self.lag_exporter_offset = 0
+        """Added to kafka-lag-exporter's values: an old member's series reporting a stale lag."""
 
     def _lags(self) -> Iterator[tuple[str, str, int, int]]:
         for group, topics in sorted(self.groups.items()):
@@ -66,9 +70,10 @@ class _ExporterMetrics(Collector):
         for group, topic, partition, lag in self._lags():
             kafka_exporter.add_metric([group, topic, str(partition)], lag)
             kminion.add_metric([group, topic, str(partition)], lag)
-            for member in ("consumer-1", "consumer-2"):
+            for member in self.lag_exporter_members:
                 lag_exporter.add_metric(
-                    ["local", group, topic, str(partition), "/127.0.0.1", f"{member}-0a1b", member], lag
+                    ["local", group, topic, str(partition), "/127.0.0.1", f"{member}-0a1b", member],
+                    lag + self.lag_exporter_offset,
                 )
         yield kafka_exporter
         yield kminion
@@ -95,6 +100,12 @@ class ExporterServer:
 
     def serve(self, group: str, topics: Sequence[str]) -> None:
         self._metrics.groups[group] = tuple(topics)
+
+    def lag_exporter_members(self, *members: str, offset: int = 0) -> None:
+        """From the next scrape on, kafka-lag-exporter's series carry these member labels (a
+        rebalance: the previous members' series disappear) and report lag + `offset`."""
+        self._metrics.lag_exporter_members = members
+        self._metrics.lag_exporter_offset = offset
 
     def __enter__(self) -> ExporterServer:
         self._server, self._thread = start_http_server(self.port, addr="127.0.0.1", registry=self._registry)
