@@ -16,7 +16,6 @@ installed here, their documented names and labels are served instead):
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
 
 import pytest
 
@@ -26,6 +25,7 @@ from groupops.lag import LagSource
 from groupops.lag.registry import SourceContext, build_lag_source
 from groupops.model import GroupInput, Member, MemberId, TopicPartition
 from tests.e2e.waiting import wait_for
+from tests.fixtures.stack import make_unique_name
 from tests.integration.test_kafka_lag import consume_and_commit, create_topic, produce, source
 from tests.monitoring.exporters import ExporterServer
 
@@ -36,16 +36,30 @@ COMMITTED = {0: 1_000, 1: 1_000, 2: 500, 3: 4_000}
 """Partition 4 never committed: no exporter series for it."""
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def exporter_on_prometheus(
-    kafka_bootstrap: str, tmp_path: Path
+    kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[ExporterServer, PrometheusServer]]:
+    """One exporter and one Prometheus for the module; each test serves groups of its own."""
     with (
         ExporterServer(kafka_bootstrap) as exporter,
-        PrometheusServer(tmp_path / "prometheus", {"exporters": [exporter.address]}) as prometheus,
+        PrometheusServer(
+            tmp_path_factory.mktemp("prometheus"), {"exporters": [exporter.address]}
+        ) as prometheus,
     ):
         prometheus.wait_for_targets_up(60)
         yield exporter, prometheus
+
+
+@pytest.fixture(scope="module")
+def committed_group(kafka_bootstrap: str) -> tuple[str, str]:
+    """A topic with COUNTS messages and a group committed at COMMITTED, shared by the tests that
+    only read it."""
+    topic, group = make_unique_name("orders"), make_unique_name("processor")
+    create_topic(kafka_bootstrap, topic, len(COUNTS))
+    produce(kafka_bootstrap, topic, COUNTS)
+    consume_and_commit(kafka_bootstrap, group, topic, COMMITTED)
+    return topic, group
 
 
 def prometheus_source(prometheus: PrometheusServer, kafka_bootstrap: str, exporter: str) -> LagSource:
@@ -64,15 +78,12 @@ def lag_plan(topic: str, lags: Mapping[str, Sequence[int]]) -> dict[MemberId, li
 @pytest.mark.parametrize("exporter_name", ["kafka_exporter", "kminion", "kafka-lag-exporter"])
 def test_each_exporters_series_read_as_the_broker_reads_the_offsets(
     kafka_bootstrap: str,
-    unique_name: Callable[[str], str],
+    committed_group: tuple[str, str],
     exporter_on_prometheus: tuple[ExporterServer, PrometheusServer],
     exporter_name: str,
 ) -> None:
     exporter, prometheus = exporter_on_prometheus
-    topic, group = unique_name("orders"), unique_name("processor")
-    create_topic(kafka_bootstrap, topic, len(COUNTS))
-    produce(kafka_bootstrap, topic, COUNTS)
-    consume_and_commit(kafka_bootstrap, group, topic, COMMITTED)
+    topic, group = committed_group
     with source(kafka_bootstrap) as kafka_source:
         from_broker = kafka_source.read(group, [topic])
     assert list(from_broker.lags[topic]) == [8_000, 2_000, 5_500, 0, 2_000]
@@ -156,3 +167,4 @@ def test_series_of_members_gone_in_a_rebalance_stop_counting_once_they_vanish(
         )
     finally:
         lag_source.close()
+        exporter.lag_exporter_members("consumer-1", "consumer-2")  # the module's exporter, as it was
