@@ -179,6 +179,7 @@ def test_groupops_approve_refuses_an_id_that_is_not_standing(
 ) -> None:
     document = example("manual-approval")
     document["metadata"]["name"] = "approve-cli"
+    document["spec"]["groupId"] = "approve-cli"  # the example's own policy runs `inventory` here
     sync(kubectl, document, namespace)
     wait_for("the first plan", settled(kubectl, namespace, "approve-cli"), timeout=90)
     result = subprocess.run(

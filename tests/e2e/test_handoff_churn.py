@@ -146,7 +146,8 @@ def run_churn(s: PolicyStack, standby: OperatorProcess) -> None:
     s.apply(
         strategy={"type": "lag"},
         lagSource={"type": "kafka"},
-        rebalance={"interval": "4s", "imbalanceThreshold": 1.1},
+        # Churn is the point: no cooldown, and any improvement replans (docs/design.md §6.5).
+        rebalance={"interval": "4s", "imbalanceThreshold": 1.1, "cooldownSeconds": 0, "minImprovement": 0},
         consumers={"replicas": 3},
     )
     wait_for(

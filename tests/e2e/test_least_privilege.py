@@ -270,6 +270,7 @@ def test_the_operator_reads_no_secret_the_chart_does_not_name(
 
     document = hostile("reads-payroll")
     document["spec"]["kafka"]["authSecretRef"] = {"name": OTHER_SECRET}
+    document["spec"]["groupId"] = "payroll"  # its own group: `good`'s would be a Conflict first
     kubectl.apply(document, namespace)
 
     def stalled() -> dict[str, Any] | None:

@@ -36,9 +36,12 @@ GOOD: dict[str, Any] = {
 
 
 def variant(name: str, **changes: Any) -> dict[str, Any]:
-    """GOOD with `changes` applied: dotted paths under spec; a value of DELETE removes the key."""
+    """GOOD named `name`, with its own group id `name` (two policies on one group: the later one
+    is a Conflict, design §6.4), and `changes` applied: dotted paths under spec; a value of DELETE
+    removes the key."""
     document = copy.deepcopy(GOOD)
     document["metadata"]["name"] = name
+    document["spec"]["groupId"] = name
     for path, value in changes.items():
         *parents, leaf = path.split("__")
         node = document["spec"]
@@ -175,10 +178,10 @@ def events_of(kubectl: Kubectl, namespace: str, name: str) -> list[str]:
     ("manifest", "kind", "reason", "in_message"),
     [
         pytest.param(
-            variant("unknown-identity", consumers={"replicas": 2, "priorities": {"orders-7": 5}}),
+            variant("unknown-identity", consumers={"replicas": 2, "priorities": {"unknown-identity-7": 5}}),
             "Ready",
             "InvalidSpec",
-            "spec.consumers.priorities.orders-7",
+            "spec.consumers.priorities.unknown-identity-7",
             id="priority-for-unknown-identity",
         ),
         pytest.param(
@@ -254,10 +257,10 @@ def test_operator_reports_what_only_it_can_judge(
 def test_a_fixed_policy_recovers_and_the_operator_never_stopped(
     kubectl: Kubectl, namespace: str, module_operator: OperatorProcess, tmp_path: Path
 ) -> None:
-    broken = variant("fixable", consumers={"replicas": 2, "priorities": {"orders-5": 1}})
+    broken = variant("fixable", consumers={"replicas": 2, "priorities": {"fixable-5": 1}})
     kubectl.apply(broken, namespace)
     reported(kubectl, namespace, "fixable", "Ready", "InvalidSpec")
-    kubectl.apply(variant("fixable", consumers={"replicas": 2, "priorities": {"orders-1": 1}}), namespace)
+    kubectl.apply(variant("fixable", consumers={"replicas": 2, "priorities": {"fixable-1": 1}}), namespace)
     policy = wait_for("fixable to recover", settled(kubectl, namespace, "fixable"), timeout=60)
     assert condition(policy, "Ready")["reason"] == "Reconciled"
     kubectl.apply(variant("good"), namespace)

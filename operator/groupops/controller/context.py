@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from groupops.controller.cache import Caches, Reader
 from groupops.controller.events import EventSink
@@ -27,7 +27,12 @@ from groupops.controller.sightings import LeaseSightings
 from groupops.controller.wakeup import Wakeup
 from groupops.kubeapi import KubeClient
 from groupops.lag.history import OffsetHistory
+from groupops.model import TopicPartition
+from groupops.planner.damping import DampingMemory
 from groupops.planner.handoff import LeaseClock
+
+if TYPE_CHECKING:  # conflicts.py reports through report.py, which imports this module
+    from groupops.controller.conflicts import PolicyClaims
 
 __all__ = [
     "Deps",
@@ -73,9 +78,17 @@ class PolicyMemory:
     failures: int = 0
     """Transient failures in a row of the policy's loop (its retry delay doubles with each)."""
     lag: PolicyLag = field(default_factory=PolicyLag)
-    """The policy's lag reads, off the reconcile's path (`lagread`)."""
+    """The policy's lag reads, off the reconcile's path (`lagread`), and its time-lag windows."""
+    stuck_announced: dict[TopicPartition, str] | None = None
+    """Each stuck partition's state as its last Event announced it (`lagstate`); None before the
+    first judgement, which starts from status.stuckPartitions (a new leader repeats nothing)."""
+    stall_handoffs: dict[TopicPartition, tuple[float, str]] = field(default_factory=dict)
+    """Stalled partitions kept away from the replica they stalled on, with the start of that
+    standstill and the replica, until the standstill ends (`lagstate.hand_off_stalled`)."""
     poke: Callable[[], None] = lambda: None
     """Wake the policy's loop from any thread (set by its daemon)."""
+    damping: DampingMemory = field(default_factory=DampingMemory)
+    """The hysteresis, interval and autoscale history of damping (`decide`, planner/damping.py)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,6 +113,9 @@ class Deps:
     kafka_readers: KafkaClusterReaders | None = None
     """One reader per Kafka connection for `kafka` lag sources (docs/design.md §8.4); None: a
     client per read (tools, unit tests)."""
+    claims: PolicyClaims | None = None
+    """Every watched policy's claim on a consumer group (`conflicts`, docs/design.md §6.4); None:
+    no conflict check (tools, unit tests of one policy)."""
 
     @property
     def reader(self) -> Reader:

@@ -1,8 +1,16 @@
-"""The plan decision of one reconcile: target, trigger, manual approval, dry run.
+"""The plan decision of one reconcile: target, trigger, damping, manual approval, dry run; and
+the autoscaled replica count.
 
-Pure apart from reading the run's context: given the spec, the lag, the identities and the
-published plan it returns a `Decision` (where partitions should go, or nothing to do, and what
-status shows); the reconcile then runs the handoff step towards that target and publishes.
+Pure apart from the run's context, which it reads, and the policy's damping memory, which it
+updates: given the spec, the lag, the identities and the published plan it returns a `Decision`
+(where partitions should go, or nothing to do, and what status shows); the reconcile then runs
+the handoff step towards that target and publishes.
+Triggers: first those that keep the plan correct (`planner.target.rebalance_trigger`), never
+held; then, only when none fired, the damped ones (`planner.damping`: counts left uneven by the
+move budget after the cooldown; lag-driven replans after the cooldown, with hysteresis around
+imbalanceThreshold, and only when the new plan improves enough). A spec change that touches only
+lag readings or damping settings (`target_inputs_digest`) is a lag change, not `SpecChanged`
+(docs/design.md §6.5).
 Manual approval: a plan that moves partitions between taking-part identities waits in
 status.proposal, under an id, until spec.rebalance.approvedProposal names that id; an id approves
 once (docs/design.md §13.1).
@@ -22,13 +30,39 @@ from groupops.controller.context import RunContext, iso
 from groupops.controller.identities import IdentityView
 from groupops.controller.publish import moves_between, normalized
 from groupops.controller.render_plan import ObservedPlan
-from groupops.controller.spec import PolicySpec
+from groupops.controller.spec import AutoscaleSpec, PolicySpec
 from groupops.lag import LagSnapshot
 from groupops.model import TopicPartition
+from groupops.planner.damping import (
+    Damped,
+    DampingSettings,
+    Figures,
+    Recommendation,
+    count_shortfall,
+    damp,
+    record,
+    stabilize,
+)
 from groupops.planner.plan_format import PublishedPlan
-from groupops.planner.target import TargetRequest, Trigger, compute_target, rebalance_trigger, stats_of
+from groupops.planner.target import (
+    Target,
+    TargetRequest,
+    Trigger,
+    compute_target,
+    rebalance_trigger,
+    stats_of,
+)
 
-__all__ = ["Decision", "assignment_from_status", "assignment_to_status", "decide", "seconds_since"]
+__all__ = [
+    "Decision",
+    "assignment_from_status",
+    "assignment_to_status",
+    "autoscaled_replicas",
+    "damping_settings",
+    "decide",
+    "seconds_since",
+    "target_inputs_digest",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,23 +114,21 @@ def decide(  # noqa: PLR0917 - one call site, the reconcile's named steps
     target = compute_target(request)
     before = stats_of(request, current) if observed is not None else None
     members = frozenset(identity.name for identity in view.members)
+    digest = target_inputs_digest(run.body.get("spec"))
     trigger = rebalance_trigger(
         published=current if observed is not None else None,
         published_members=observed.members if observed is not None else None,
-        published_generation=observed.generation if observed is not None else None,
-        generation=run.policy.generation,
+        spec_changed=_spec_changed(run, observed, digest),
         members=members,
         topics=topics,
-        imbalance=before["imbalance"] if before else 0.0,
-        # failover puts everything on one replica by design: its imbalance is no reason to move
-        imbalance_threshold=math.inf
-        if spec.strategy.type == "failover"
-        else spec.rebalance.imbalance_threshold,
-        seconds_since_rebalance=seconds_since(run.status.get("lastRebalance"), run.now),
-        interval_seconds=spec.rebalance.interval_seconds,
     )
+    run.memory.damping.remember_digest(run.policy.generation, digest)
+    damped: Damped | None = None
+    if trigger is None and before is not None and not paused:
+        damped = _damp(run, spec, before=before, target=target, current=current, members=members)
+        trigger = damped.trigger
     everyone = sorted(view.identities_by_ordinal.values())
-    if paused and trigger in (None, Trigger.PARTITIONS_CHANGED, Trigger.IMBALANCE, Trigger.INTERVAL):
+    if paused and trigger in (None, Trigger.PARTITIONS_CHANGED):
         trigger = None  # the pause itself changes the plan; lag and balance wait for the reset
         wanted: Mapping[Any, Sequence[TopicPartition]] = current
     else:
@@ -125,8 +157,140 @@ def decide(  # noqa: PLR0917 - one call site, the reconcile's named steps
     if spec.dry_run:
         return replace(keep, target=None, shown=entries, imbalance=after["imbalance"], waiting="DryRun")
     if spec.rebalance.approval == "manual" and observed is not None and moves > 0 and not paused:
-        return _manual(run, spec, keep, entries, base_epoch=previous.epoch)
-    return keep
+        decision = _manual(run, spec, keep, entries, base_epoch=previous.epoch)
+    else:
+        decision = keep
+    if damped is not None:
+        _remember(run, spec, damped, published=decision.target is not None)
+    return decision
+
+
+# -- damping (planner/damping.py) ---------------------------------------------------------------
+
+_NOT_TARGET_INPUTS: tuple[tuple[str, ...], ...] = (
+    ("lagSource", "static", "lags"),
+    ("rebalance", "interval"),
+    ("rebalance", "imbalanceThreshold"),
+    ("rebalance", "minImprovement"),
+    ("rebalance", "cooldownSeconds"),
+    ("consumers", "autoscale", "behavior"),
+    ("targetTimeLagSeconds",),
+)
+"""Spec fields the target does not depend on: the static source's lags are a lag reading (as a
+`kafka` read is), the others say when to replan, not what (the time-lag goal is only reported).
+Changing only these is no `SpecChanged`: the lag-driven triggers, damped, judge the new lag."""
+
+
+def target_inputs_digest(spec: Any) -> str:
+    """A digest of the spec without `_NOT_TARGET_INPUTS` (equal digests: the same target)."""
+    trimmed = json.loads(json.dumps(spec or {}))
+    for *parents, leaf in _NOT_TARGET_INPUTS:
+        node = trimmed
+        for key in parents:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(leaf, None)
+    return hashlib.sha256(json.dumps(trimmed, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _spec_changed(run: RunContext, observed: ObservedPlan | None, digest: str) -> bool:
+    """The plan was made for another generation whose target inputs differ from this one's, or
+    that this memory never saw (a restart: counted as changed, the safe side)."""
+    if observed is None or observed.generation == run.policy.generation:
+        return False
+    seen = None if observed.generation is None else run.memory.damping.plan_digests.get(observed.generation)
+    return seen != digest
+
+
+def damping_settings(spec: PolicySpec) -> DampingSettings:
+    """spec.rebalance as damping reads it."""
+    return DampingSettings(
+        # failover puts everything on one replica by design: its imbalance is no reason to move
+        imbalance_threshold=(
+            math.inf if spec.strategy.type == "failover" else spec.rebalance.imbalance_threshold
+        ),
+        min_improvement=spec.rebalance.min_improvement,
+        cooldown_seconds=spec.rebalance.cooldown_seconds,
+        interval_seconds=spec.rebalance.interval_seconds,
+    )
+
+
+def _damp(
+    run: RunContext,
+    spec: PolicySpec,
+    *,
+    before: Mapping[str, Any],
+    target: Target,
+    current: Mapping[str, Sequence[TopicPartition]],
+    members: frozenset[str],
+) -> Damped:
+    """`planner.damping.damp` on this run's figures: the published plan's and the target's under
+    the lag just read, whether the target evens out counts (never for failover, which puts
+    everything on one replica by design), the time since status.lastRebalance."""
+    topics = target.group.topics
+    counts_nearer = spec.strategy.type != "failover" and count_shortfall(
+        normalized(target.assignment), members, topics
+    ) < count_shortfall(current, members, topics)
+    settings = damping_settings(spec)
+    since = seconds_since(run.status.get("lastRebalance"), run.now)
+    damped = damp(
+        state=run.memory.damping.triggers,
+        before=Figures(imbalance=float(before["imbalance"]), max_member_lag=float(before["max_member_lag"])),
+        after=Figures(
+            imbalance=float(target.stats["imbalance"]), max_member_lag=float(target.stats["max_member_lag"])
+        ),
+        counts_nearer=counts_nearer,
+        seconds_since_rebalance=since,
+        now=run.now.timestamp(),
+        settings=settings,
+    )
+    if damped.trigger is None and damped.candidate is not None and damped.verdict is not None:
+        run.log.debug("%s", damped.verdict.describe(damped.candidate, settings, since))
+    return damped
+
+
+def _remember(run: RunContext, spec: PolicySpec, damped: Damped, *, published: bool) -> None:
+    """Keep the trigger state the decision leads to: a plan that goes to the handoff uses up its
+    trigger; a proposal left waiting for approval uses up nothing (it must stand next run)."""
+    memory = run.memory.damping
+    was_armed = memory.triggers.armed
+    memory.triggers = damped.state if published else damped.unpublished
+    if published and was_armed and not memory.triggers.armed and damped.trigger is not None:
+        run.log.info(
+            "%s: the new plan's imbalance stays above %.3f; ImbalanceExceeded waits until it is back "
+            "at or below (the interval re-evaluates meanwhile)",
+            damped.trigger.value,
+            damping_settings(spec).rearm_below,
+        )
+
+
+def autoscaled_replicas(run: RunContext, scale: AutoscaleSpec, total_lag: int) -> int:
+    """The replica count of an autoscaled policy for this run: `replicas_for` the lag just read,
+    stabilised over the recommendations this memory has seen (`planner.damping.stabilize`,
+    spec.consumers.autoscale.behavior). A memory that saw none yet (operator restart, new leader)
+    starts from the current count (status.replicas) as if it had been recommended just now."""
+    memory = run.memory.damping
+    now = run.now.timestamp()
+    recommended = scale.replicas_for(total_lag)
+    raw = run.status.get("replicas")
+    current = raw if isinstance(raw, int) and not isinstance(raw, bool) else None
+    history = memory.recommendations
+    if history is None:
+        history = () if current is None else (Recommendation(now, current),)
+    stabilized = stabilize(
+        recommended=recommended, current=current, history=history, now=now, windows=scale.windows
+    )
+    memory.recommendations = record(history, Recommendation(now, recommended), scale.windows)
+    replicas = max(scale.minimum, min(scale.maximum, stabilized))
+    if replicas != recommended:
+        run.log.debug(
+            "autoscale: the lag asks for %d replicas, %d kept (stabilisation windows up %gs, down %gs)",
+            recommended,
+            replicas,
+            scale.windows.up_seconds,
+            scale.windows.down_seconds,
+        )
+    return replicas
 
 
 def _manual(

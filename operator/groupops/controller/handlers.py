@@ -11,6 +11,9 @@ about plans or objects.
     a policy's Lease changed  -> note it on the policy's LeaseClock; wake its loop if needed
                                  (a listener of the Lease watch cache, `cache`: kopf does not
                                  watch Leases, so the operator never receives other Leases)
+    a policy's claim changed  -> wake the policies whose first rival for their group changed
+                                 (a listener of `conflicts.PolicyClaims`): the later of two
+                                 policies runs as soon as the first is deleted or moves away
 
 The operator writes nothing into a policy but its status (docs/design.md §13.1): no kopf change
 handlers (their diff base and progress would live in the policy), no kopf daemon (kopf puts a
@@ -37,6 +40,7 @@ from typing import Any
 import kopf
 
 from groupops.controller.cache import Listener
+from groupops.controller.conflicts import PolicyKey, WakeListener
 from groupops.controller.identities import observe_lease
 from groupops.controller.names import API_GROUP, API_VERSION, LABEL_POLICY, PLURAL, owned_selector
 from groupops.controller.reconcile import Deps, PolicyMemory, ReconcileFailure, reconcile
@@ -262,6 +266,27 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
         memory.wakeup.note_lease(name, lease)
 
     lease_listeners: list[Listener] = []
+    claim_listeners: list[WakeListener] = []
+
+    def wake(keys: frozenset[PolicyKey]) -> None:
+        """Wake the loops of these policies (in kopf's loop, as the loops and their Wakeup)."""
+        for key in keys:
+            entry = loops.get(key)
+            if entry is not None:
+                entry.memory.wakeup.poke()
+
+    @kopf.on.startup(registry=registry)
+    async def follow_claims(**_: Any) -> None:
+        if deps.claims is None:
+            return
+        loop = asyncio.get_running_loop()
+
+        def from_watch_thread(keys: frozenset[PolicyKey]) -> None:
+            with contextlib.suppress(RuntimeError):  # kopf's loop is closed: the operator stops
+                loop.call_soon_threadsafe(wake, keys)
+
+        deps.claims.add_listener(from_watch_thread)
+        claim_listeners.append(from_watch_thread)
 
     @kopf.on.startup(registry=registry)
     async def follow_leases(**_: Any) -> None:
@@ -283,6 +308,10 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
             for listener in lease_listeners:
                 deps.caches.leases.remove_listener(listener)
         lease_listeners.clear()
+        if deps.claims is not None:
+            for claim_listener in claim_listeners:
+                deps.claims.remove_listener(claim_listener)
+        claim_listeners.clear()
         entries = list(loops.values())
         loops.clear()
         await asyncio.gather(*(stop(entry) for entry in entries))

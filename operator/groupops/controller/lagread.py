@@ -15,6 +15,11 @@ when it lands. Until a read succeeds again the run plans on what is known, best 
 
 and the policy is `Degraded` with the source's error as the reason. With none of them (a new
 policy whose source is down) the run fails as before: nothing is planned from nothing.
+
+Every successful read that carries offsets (the `kafka` source) also advances the policy's
+windows (`planner.lagwindow`): each partition's recent log end offsets, for its time lag, and its
+commit history, for Burrow's stuck rules (`planner.stuck`). They advance where the read lands, so
+every read counts, however many runs see it; a take hands the windows of the snapshot it returns.
 """
 
 from __future__ import annotations
@@ -26,11 +31,15 @@ from concurrent.futures import CancelledError, Executor, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
-from groupops.lag import LagError, LagSnapshot
+from groupops.lag import LagError, LagSnapshot, lag_from_offsets
 from groupops.model import TopicPartition
+from groupops.planner.lagwindow import DEFAULT_LIMITS, PartitionWindow, Sample, WindowLimits, advance
 from groupops.planner.plan_format import PublishedPlan
 
-__all__ = ["LagTake", "PolicyLag", "counts_from_plan", "zero_lag"]
+__all__ = ["LagTake", "PolicyLag", "Windows", "counts_from_plan", "samples_of", "zero_lag"]
+
+Windows = Mapping[TopicPartition, PartitionWindow]
+"""Every partition's window after a read (`planner.lagwindow`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,12 +50,14 @@ class LagTake:
     snapshot: LagSnapshot | None
     error: LagError | None
     age_s: float | None
+    windows: Windows | None = None
+    """The windows as of `snapshot` (None: its source gives no offsets, or nothing read yet)."""
 
 
 class PolicyLag:
     """The lag reads of one policy (kept in its `PolicyMemory`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, limits: WindowLimits = DEFAULT_LIMITS) -> None:
         self._lock = threading.Lock()
         self._future: Future[LagSnapshot] | None = None
         self._snapshot: LagSnapshot | None = None
@@ -54,6 +65,10 @@ class PolicyLag:
         self._error: LagError | None = None
         self._consumed = True
         self._waiting = False
+        self._limits = limits
+        self._windows: dict[TopicPartition, PartitionWindow] = {}
+        self._windows_of: LagSnapshot | None = None
+        self._auto_offset_reset = "latest"
 
     def take(
         self,
@@ -62,9 +77,13 @@ class PolicyLag:
         pool: Executor | None,
         wait_s: float,
         on_late_result: Callable[[], None] = lambda: None,
+        auto_offset_reset: str = "latest",
     ) -> LagTake:
         """Start a read unless one is in flight, wait up to `wait_s` for it (without a pool: read
-        here), and return the newest outcome."""
+        here), and return the newest outcome. `auto_offset_reset`: the policy's, for where a
+        group without a commit starts (`samples_of`)."""
+        with self._lock:
+            self._auto_offset_reset = auto_offset_reset
         if pool is None:
             self._finish(read)
             return self._latest()
@@ -111,20 +130,55 @@ class PolicyLag:
         if future.cancelled():  # the operator is stopping: nothing was read
             return
         error = future.exception()
+        windows = None
+        if error is None:  # one read in flight per policy: windows advance one read at a time
+            windows = self._advanced(future.result())
         with self._lock:
             if error is None:
                 self._snapshot = future.result()
                 self._read_at = time.monotonic()
                 self._error = None
+                if windows is not None:
+                    self._windows, self._windows_of = windows, self._snapshot
             elif isinstance(error, LagError):
                 self._error = error
             else:  # a bug in a source: report it as a failed read, never lose the loop
                 self._error = LagError(f"lag read failed: {type(error).__name__}: {error}")
 
+    def _advanced(self, snapshot: LagSnapshot) -> dict[TopicPartition, PartitionWindow] | None:
+        with self._lock:
+            reset, windows = self._auto_offset_reset, self._windows
+        samples = samples_of(snapshot, reset)
+        return None if samples is None else advance(windows, samples, self._limits)
+
     def _latest(self) -> LagTake:
         with self._lock:
             age = None if self._read_at is None else time.monotonic() - self._read_at
-            return LagTake(snapshot=self._snapshot, error=self._error, age_s=age)
+            known = self._windows_of is not None and self._windows_of is self._snapshot
+            windows = self._windows if known else None
+            return LagTake(snapshot=self._snapshot, error=self._error, age_s=age, windows=windows)
+
+
+def samples_of(snapshot: LagSnapshot, auto_offset_reset: str) -> dict[TopicPartition, Sample] | None:
+    """One sample per partition of a read with offsets (None without: only the `kafka` source
+    has them). The group's position is its committed offset; without one, where a consumer
+    starts: the log start (`earliest`, as the pipeline counts it) or the log end (`latest`, whose
+    lag is 0, docs/design.md §4)."""
+    if snapshot.offsets is None:
+        return None
+    samples: dict[TopicPartition, Sample] = {}
+    for tp, offsets in snapshot.offsets.items():
+        if offsets.committed is not None:
+            consumed = offsets.committed
+        else:
+            consumed = offsets.log_end if auto_offset_reset == "latest" else offsets.log_start
+        samples[tp] = Sample(
+            t=snapshot.taken_at,
+            log_end=offsets.log_end,
+            consumed=consumed,
+            lag=lag_from_offsets(offsets, auto_offset_reset),
+        )
+    return samples
 
 
 def zero_lag(group_id: str, counts: Mapping[str, int]) -> LagSnapshot:

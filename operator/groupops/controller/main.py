@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import kopf
 
 from groupops.controller.cache import Caches, start_caches
+from groupops.controller.conflicts import start_policy_claims
 from groupops.controller.events import EventSink
 from groupops.controller.handlers import build_registry
 from groupops.controller.heartbeats import HeartbeatBook, HeartbeatServer
@@ -63,6 +64,7 @@ def run_operator(settings: Settings, *, verbose: bool = False) -> None:
             ) from e
     history = None if settings.history_topic is None else OffsetHistory(settings.history_topic)
     caches = start_caches(client, settings, metrics)  # the reconciles' reads, from watches
+    claims = start_policy_claims(client, settings, metrics)  # conflicts between policies (design §6.4)
     sightings = LeaseSightings()  # from now on, standing by or not (docs/design.md §8.1)
     caches.leases.add_listener(sightings.note)
     for lease in caches.leases.list(None):
@@ -99,6 +101,7 @@ def run_operator(settings: Settings, *, verbose: bool = False) -> None:
         leadership=elector,
         heartbeats=None if heartbeats is None else heartbeats[0],
         kafka_readers=kafka_readers,
+        claims=claims,
     )
     try:
         kopf.run(

@@ -34,6 +34,28 @@ class Metrics:
         self.total_lag = Gauge(
             "groupops_total_lag", "Total lag of the group.", labels, registry=self.registry
         )
+        # -- time lag and stuck partitions (controller/lagstate.py; lagSource kafka only)
+        self.time_lag = Gauge(
+            "groupops_time_lag_seconds",
+            "Seconds the group is behind: the largest time lag of its partitions at the newest lag "
+            "read (docs/design.md §4). Absent while unknown (a lag source without offsets).",
+            labels,
+            registry=self.registry,
+        )
+        self.member_time_lag = Gauge(
+            "groupops_member_time_lag_seconds",
+            "The largest time lag of the partitions a member owns in the published plan (0 when it "
+            "owns none).",
+            (*labels, "identity"),
+            registry=self.registry,
+        )
+        self.partition_status = Gauge(
+            "groupops_partition_status",
+            "Partitions of the group per state of Burrow's rules at the newest lag read: OK, STALL, "
+            "STOP, REWIND (one series per state, not per partition).",
+            (*labels, "state"),
+            registry=self.registry,
+        )
         self.imbalance = Gauge(
             "groupops_imbalance",
             "Max member lag over its lower bound (1.0 is perfect).",
@@ -199,6 +221,30 @@ class Metrics:
         for identity, lag in lag_by_identity.items():
             self.member_lag.labels(namespace, policy, identity).set(lag)
 
+    def record_time_lag(
+        self, namespace: str, policy: str, group: float | None, members: Mapping[str, float]
+    ) -> None:
+        """Set the group's and each member's time lag, dropping members no longer listed; with
+        `group` None (unknown) drop the policy's time-lag series."""
+        if group is None:
+            with contextlib.suppress(KeyError):
+                self.time_lag.remove(namespace, policy)
+        else:
+            self.time_lag.labels(namespace, policy).set(group)
+        for labels in _series_of(self.member_time_lag, namespace, policy):
+            if labels[2] not in members:
+                self.member_time_lag.remove(*labels)
+        for identity, seconds in members.items():
+            self.member_time_lag.labels(namespace, policy, identity).set(seconds)
+
+    def record_partition_states(self, namespace: str, policy: str, counts: Mapping[str, int] | None) -> None:
+        """Set the partitions per state (None: unknown, the policy's series are dropped)."""
+        for labels in _series_of(self.partition_status, namespace, policy):
+            if counts is None or labels[2] not in counts:
+                self.partition_status.remove(*labels)
+        for state, count in (counts or {}).items():
+            self.partition_status.labels(namespace, policy, state).set(count)
+
     def record_lag_source(self, namespace: str, policy: str, source: str, *, up: bool) -> None:
         """Set the policy's `lag_source_up` for `source`, dropping the series of a source type the
         policy used before (a switch away from a broken source must not leave it reading 0)."""
@@ -211,6 +257,7 @@ class Metrics:
         """Drop a deleted policy's series (its identities are found from the member gauge)."""
         for metric in (
             self.total_lag,
+            self.time_lag,
             self.imbalance,
             self.epoch,
             self.broker_matches,
@@ -224,6 +271,8 @@ class Metrics:
                 metric.remove(namespace, policy)
         for labelled in (
             self.member_lag,
+            self.member_time_lag,
+            self.partition_status,
             self.member_seconds_since_poll,
             self.lag_source_up,
             self.lag_read_failures,

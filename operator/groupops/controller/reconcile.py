@@ -4,6 +4,7 @@ Called by every kopf handler (create, update, resume, timer); the handlers only 
 outcome. Steps, in order (each step hands "desired or none" to `apply.apply`):
 
     spec          parse and validate (bad spec: Ready=False InvalidSpec + Event, nothing touched)
+    conflicts     a later policy on another's group and cluster stands down (`conflicts`)
     observe       plan ConfigMap, pods, Leases, the auth Secret (from the watch caches, `cache`)
     lag           read the policy's lag source (down: Degraded, the last plan stays)
     identities    slots, liveness, draining, members (`identities.identity_view`)
@@ -12,7 +13,9 @@ outcome. Steps, in order (each step hands "desired or none" to `apply.apply`):
     leases        one Lease per identity
     publish       plan ConfigMap `<policy>-plan` with the next epoch (only when the plan changed)
     pods          create missing pods; delete drained ones (scale-down, template rollout)
-    status        conditions and figures, patched only when they changed; an Event per rebalance
+    status        conditions and figures, patched only when they changed; an Event per rebalance;
+                  time lag and stuck partitions (`lagstate`; a STALL hands its partition away
+                  after the plan step when nothing else replans)
 
 Failures end the run with `ReconcileFailure` after status and Event are written: `transient` ones
 are retried by the handler with backoff, the others wait for the spec to change.
@@ -31,6 +34,7 @@ from typing import Any
 
 from groupops.controller import offset_reset, render_pods, render_rbac
 from groupops.controller.apply import apply
+from groupops.controller.conflicts import stand_down_if_later
 from groupops.controller.context import (
     Deps,
     PolicyLog,
@@ -39,12 +43,13 @@ from groupops.controller.context import (
     ReconcileResult,
     RunContext,
 )
-from groupops.controller.decide import Decision, decide
+from groupops.controller.decide import Decision, autoscaled_replicas, decide
 from groupops.controller.guard import GuardError
 from groupops.controller.identities import IdentityView, identity_view, pod_ordinals
 from groupops.controller.kafkaguard import check_bootstrap_servers, check_kafka_properties
 from groupops.controller.lagaccess import with_policy_access
-from groupops.controller.lagread import LagTake, counts_from_plan, zero_lag
+from groupops.controller.lagread import LagTake, Windows, counts_from_plan, zero_lag
+from groupops.controller.lagstate import hand_off_stalled
 from groupops.controller.names import (
     API_GROUP,
     API_VERSION,
@@ -126,6 +131,7 @@ def _reconcile(run: RunContext) -> ReconcileResult:
     ]
     if refusals:
         fail(run, "Refused", str(GuardError(refusals)), transient=False)
+    stand_down_if_later(run)  # conflicts: the later of two policies on one group runs nothing (§6.4)
     ns = run.policy.namespace
 
     # -- observe ---------------------------------------------------------------------------------
@@ -152,7 +158,9 @@ def _reconcile(run: RunContext) -> ReconcileResult:
         previous = floor_plan(spec.strategy.type, epoch_floor)
 
     # -- lag -------------------------------------------------------------------------------------
-    snapshot, degraded = _read_lag(run, spec, client_config, previous=previous, has_plan=observed is not None)
+    snapshot, degraded, windows = _read_lag(
+        run, spec, client_config, previous=previous, has_plan=observed is not None
+    )
     # A topic that does not exist (deleted, not created yet) is planned as Kafka's assignors do:
     # nothing of it is assigned, and what replicas owned of it is released (design §6.3).
     topics = {topic: len(snapshot.lags[topic]) for topic in spec.topics if topic in snapshot.lags}
@@ -160,7 +168,7 @@ def _reconcile(run: RunContext) -> ReconcileResult:
     if spec.consumers.autoscale is None:
         replicas = spec.consumers.replicas
     elif degraded is None and not snapshot.topics_without_series:
-        replicas = spec.consumers.autoscale.replicas_for(snapshot.total())
+        replicas = autoscaled_replicas(run, spec.consumers.autoscale, snapshot.total())
     else:  # no fresh lag, or none for some topics (NoLagSeries): keep the replicas, never scale on a guess
         scale = spec.consumers.autoscale
         replicas = min(scale.maximum, max(scale.minimum, int(run.status.get("replicas") or scale.minimum)))
@@ -202,10 +210,20 @@ def _reconcile(run: RunContext) -> ReconcileResult:
 
     # -- plan ------------------------------------------------------------------------------------
     decision = decide(run, spec, snapshot, topics, view, observed, previous, paused=reset.paused)
+    fresh = windows if degraded is None else None  # stale or partial lag moves nothing
+    decision = hand_off_stalled(run, spec, snapshot, fresh, view, decision, paused=reset.paused)
     if spec.dry_run:
         _record_plan_progress(run, spec, previous, leases_by_identity)
         write_status(
-            run, spec, snapshot, view, decision, epoch=previous.epoch, replicas=replicas, degraded=degraded
+            run,
+            spec,
+            snapshot,
+            view,
+            decision,
+            epoch=previous.epoch,
+            replicas=replicas,
+            degraded=degraded,
+            windows=windows,
         )
         return ReconcileResult(
             epoch=previous.epoch, published=False, trigger=decision.trigger, status_written=True
@@ -251,6 +269,7 @@ def _reconcile(run: RunContext) -> ReconcileResult:
         degraded=degraded,
         offset_reset=reset.status,
         in_progress=_in_progress(now_plan, view, replicas),
+        windows=windows,
     )
     return ReconcileResult(
         epoch=now_plan.epoch,
@@ -433,9 +452,10 @@ def _read_lag(
     *,
     previous: PublishedPlan,
     has_plan: bool,
-) -> tuple[LagSnapshot, tuple[str, str] | None]:
-    """The lag to plan by and, when the newest read failed, the Degraded reason and message
-    (`controller.lagread`: the run never waits long on the source)."""
+) -> tuple[LagSnapshot, tuple[str, str] | None, Windows | None]:
+    """The lag to plan by, when the newest read failed the Degraded reason and message
+    (`controller.lagread`: the run never waits long on the source), and the time-lag windows of
+    that lag (None when it has none: a source without offsets, or partition counts only)."""
     context = _source_context(run, spec, client_config)
 
     def read() -> LagSnapshot:
@@ -450,12 +470,17 @@ def _read_lag(
             source.close()
 
     take = run.memory.lag.take(
-        read, pool=run.deps.lag_pool, wait_s=_LAG_WAIT_S, on_late_result=run.memory.poke
+        read,
+        pool=run.deps.lag_pool,
+        wait_s=_LAG_WAIT_S,
+        on_late_result=run.memory.poke,
+        auto_offset_reset=spec.strategy.auto_offset_reset,
     )
     _record_lag_take(run, spec.lag_source.type, take)
     known = take.snapshot if take.snapshot is not None and _covers(take.snapshot, spec.topics) else None
+    windows = take.windows if known is not None else None
     if take.error is None and known is not None:
-        return known, None
+        return known, None, windows
     if take.error is None:  # the first read of this policy is still running
         reason, problem = "LagPending", f"the first lag read has not answered within {_LAG_WAIT_S:g} s"
     else:
@@ -470,7 +495,7 @@ def _read_lag(
         fail(run, reason, problem, transient=True, degraded=has_plan)
     message = f"{problem}; planning on {basis}"
     run.log.warning("%s: %s", reason, message)
-    return snapshot, (reason, message)
+    return snapshot, (reason, message), windows
 
 
 def _record_lag_take(run: RunContext, source: str, take: LagTake) -> None:

@@ -3,11 +3,12 @@ failure report (status kept, conditions set, Event posted, then `ReconcileFailur
 
 Status is patched only when an owned field really changed (`status.status_patch`); an Event is
 posted when Ready or Degraded changes status or reason, and by the publish step per rebalance.
+Time lag and stuck partitions (their fields, metrics and Events) come from `lagstate`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
@@ -15,6 +16,8 @@ from groupops.controller.context import ReconcileFailure, RunContext, iso
 from groupops.controller.decide import Decision
 from groupops.controller.heartbeats import HeardProgress
 from groupops.controller.identities import IdentityView
+from groupops.controller.lagread import Windows
+from groupops.controller.lagstate import lag_report
 from groupops.controller.names import API_GROUP, API_VERSION, KIND, pod_name
 from groupops.controller.native import BrokerAgreement
 from groupops.controller.spec import PolicySpec
@@ -48,14 +51,17 @@ def write_status(
     degraded: tuple[str, str] | None = None,
     offset_reset: Mapping[str, Any] | None = None,
     in_progress: str | None = None,
+    windows: Windows | None = None,
 ) -> bool:
     """`broker`: with delivery native, how Kafka's actual assignment compares with the
     prediction; it decides PlanApplied (the replicas follow Kafka, not the plan). `degraded`:
     the reason and message when the run planned without fresh lag (Degraded=True).
     `offset_reset`: status.offsetReset when this run changed it (None: kept). `in_progress`: what
-    the operator still works toward on its own (Reconciling=True), None when it is done."""
+    the operator still works toward on its own (Reconciling=True), None when it is done.
+    `windows`: the time-lag windows of the snapshot (`lagstate`: time lag, stuck partitions)."""
     lag_of = {tp: snapshot.lags[tp.topic][tp.partition] for tp in all_partitions(snapshot)}
     shown = decision.shown
+    behind = lag_report(run, spec, snapshot=snapshot, view=view, shown=shown, windows=windows)
     members = []
     book = run.deps.heartbeats
     previous_errors = {
@@ -78,6 +84,8 @@ def write_status(
             "partitions": [str(tp) for tp in partitions],
             "lag": lag,
         }
+        if identity in behind.member_time_lag_s:
+            entry["timeLagSeconds"] = behind.member_time_lag_s[identity]
         if zone:
             entry["zone"] = zone
         lease = view.leases.get(identity)
@@ -152,6 +160,7 @@ def write_status(
         "approvedProposal": decision.approved_id or run.status.get("approvedProposal"),
         "brokerAssignment": None if broker is None else broker.to_status(),
         "offsetReset": run.status.get("offsetReset") if offset_reset is None else dict(offset_reset),
+        **behind.status,
     }
     metrics = run.deps.metrics
     metrics.record_members(run.policy.namespace, run.policy.name, lag_by_identity)
@@ -321,8 +330,17 @@ def awaiting_approval_message(proposal: Mapping[str, Any] | None, note: str | No
     return f"{text}; {note}" if note else text
 
 
-def fail(run: RunContext, reason: str, message: str, *, transient: bool, degraded: bool = False) -> NoReturn:
-    """Report a failure in status (keeping every figure of the last good run) and raise."""
+def fail(
+    run: RunContext,
+    reason: str,
+    message: str,
+    *,
+    transient: bool,
+    degraded: bool = False,
+    cleared: Collection[str] = (),
+) -> NoReturn:
+    """Report a failure in status (keeping every figure of the last good run but those `cleared`:
+    a policy standing down for another, conflicts.py, runs nothing) and raise."""
     run.log.warning("%s: %s", reason, message)
     status = run.status
     if degraded:
@@ -350,7 +368,7 @@ def fail(run: RunContext, reason: str, message: str, *, transient: bool, degrade
             Condition("Reconciling", False, "Stalled"),
             Condition("Stalled", True, reason, message),
         ]
-    desired = {key: status.get(key) for key in status}
+    desired = {key: status.get(key) for key in status if key not in cleared}
     desired["observedGeneration"] = run.policy.generation
     merged = merge_conditions(
         status.get("conditions"), conditions, generation=run.policy.generation, now=iso(run.now)

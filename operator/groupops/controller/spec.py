@@ -60,6 +60,7 @@ from groupops.controller.spec_schema import (
     TemplateDoc,
 )
 from groupops.lag.registry import SOURCE_TYPES
+from groupops.planner.damping import ScaleWindows
 from groupops.planner.onerror import ErrorAction, total_backoff_s
 from groupops.planner.wire import identity_ordinal
 
@@ -124,13 +125,17 @@ class LagSourceSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RebalanceSpec:
-    """interval_seconds: replan at least this often; imbalance_threshold: replan sooner when the
-    published plan's max member lag exceeds its lower bound by this factor; max_moves: cap per
-    rebalance (None: none); approval: auto, or manual (a proposal waits in status until
-    `approved_proposal` names its id: docs/design.md §13.1)."""
+    """interval_seconds: re-evaluate the plan this often; imbalance_threshold: sooner when the
+    published plan's max member lag exceeds its lower bound by this factor; min_improvement: a
+    lag-driven plan is published only when it lowers the max member lag by at least this
+    fraction; cooldown_seconds: and not sooner than this after the last published plan
+    (planner/damping.py); max_moves: cap per rebalance (None: none); approval: auto, or manual (a
+    proposal waits in status until `approved_proposal` names its id: docs/design.md §13.1)."""
 
     interval_seconds: float = 60.0
     imbalance_threshold: float = 1.2
+    min_improvement: float = 0.1
+    cooldown_seconds: float = 30.0
     max_moves: int | None = None
     approval: str = "auto"
     approved_proposal: str | None = None
@@ -138,9 +143,13 @@ class RebalanceSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AutoscaleSpec:
+    """replicas_for: the count the lag asks for; `windows`: how the operator stabilises it
+    (behavior.scaleUp/scaleDown.stabilizationWindowSeconds, `decide.autoscaled_replicas`)."""
+
     minimum: int
     maximum: int
     target_lag_per_replica: int
+    windows: ScaleWindows = field(default_factory=ScaleWindows)
 
     def replicas_for(self, total_lag: int) -> int:
         wanted = math.ceil(total_lag / self.target_lag_per_replica) if total_lag > 0 else 0
@@ -188,6 +197,8 @@ class PolicySpec:
     rebalance: RebalanceSpec = field(default_factory=RebalanceSpec)
     consumers: ConsumersSpec = field(default_factory=ConsumersSpec)
     dry_run: bool = False
+    target_time_lag_seconds: float | None = None
+    """The goal in seconds behind (status.timeLagGoal says whether the group meets it)."""
 
 
 # -- parse -------------------------------------------------------------------------------------------
@@ -236,6 +247,7 @@ def parse_policy(spec: Any) -> PolicySpec:
         rebalance=rebalance,
         consumers=consumers,
         dry_run=doc.dry_run,
+        target_time_lag_seconds=doc.target_time_lag_seconds,
     )
 
 
@@ -291,6 +303,8 @@ def _rebalance(doc: RebalanceDoc) -> RebalanceSpec:
     return RebalanceSpec(
         interval_seconds=interval,
         imbalance_threshold=doc.imbalance_threshold,
+        min_improvement=doc.min_improvement,
+        cooldown_seconds=float(doc.cooldown_seconds),
         max_moves=doc.max_moves_per_rebalance,
         approval=doc.approval,
         approved_proposal=doc.approved_proposal,
@@ -308,8 +322,15 @@ def _consumers(
         scale = doc.autoscale
         if scale.min > scale.max:
             raise SpecError("spec.consumers.autoscale.min", f"min {scale.min} is above max {scale.max}")
+        behavior = scale.behavior
         autoscale = AutoscaleSpec(
-            minimum=scale.min, maximum=scale.max, target_lag_per_replica=scale.target_lag_per_replica
+            minimum=scale.min,
+            maximum=scale.max,
+            target_lag_per_replica=scale.target_lag_per_replica,
+            windows=ScaleWindows(
+                up_seconds=float(behavior.scale_up.stabilization_window_seconds),
+                down_seconds=float(behavior.scale_down.stabilization_window_seconds),
+            ),
         )
         replicas = scale.min
     if doc.delivery == "native" and strategy.type not in NATIVE_STRATEGIES:

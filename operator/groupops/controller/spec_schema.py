@@ -27,16 +27,21 @@ __all__ = [
     "MAX_POLL_INTERVAL_RANGE",
     "MAX_PRIORITY",
     "MAX_REPLICAS",
+    "MAX_STABILIZATION_WINDOW_S",
+    "MAX_TARGET_TIME_LAG_S",
     "NATIVE_STRATEGIES",
     "OFFSET_RESETS",
     "PROPOSAL_ID",
     "AutoscaleDoc",
+    "BehaviorDoc",
     "ConsumersDoc",
     "KafkaDoc",
     "LagSourceDoc",
     "OnErrorDoc",
     "PolicyDoc",
     "RebalanceDoc",
+    "ScaleDownDoc",
+    "ScaleUpDoc",
     "SecretRefDoc",
     "StaticDoc",
     "StrategyDoc",
@@ -56,6 +61,10 @@ MAX_PRIORITY = 1_000_000
 DEFAULT_MAX_POLL_INTERVAL_S = 300
 """Kafka's max.poll.interval.ms default (also the CRD's, and the consumer's without the variable)."""
 MAX_POLL_INTERVAL_RANGE = (5, 86_400)
+MAX_TARGET_TIME_LAG_S = 604_800
+"""spec.targetTimeLagSeconds at most a week."""
+MAX_STABILIZATION_WINDOW_S = 3600
+"""HPA's own limit on behavior.scaleUp/scaleDown.stabilizationWindowSeconds (one hour)."""
 
 
 if TYPE_CHECKING:  # choices kept as tuples (two from registries): msgspec checks a Literal of them
@@ -144,6 +153,8 @@ class RebalanceDoc(_Doc, frozen=True):
     interval: Annotated[str, Meta(max_length=32, description="a duration like 30s, 5m or 1m30s")] = "60s"
     imbalance_threshold: Annotated[float, Meta(ge=1, le=100)] = 1.2
     max_moves_per_rebalance: Annotated[int, Meta(ge=1, le=1_000_000)] | None = None
+    min_improvement: Annotated[float, Meta(ge=0, le=0.9)] = 0.1
+    cooldown_seconds: Annotated[int, Meta(ge=0, le=86_400)] = 30
     approval: _Approval = "auto"
     approved_proposal: (
         Annotated[
@@ -157,10 +168,29 @@ class RebalanceDoc(_Doc, frozen=True):
     ) = None
 
 
+_WindowSeconds = Annotated[int, Meta(ge=0, le=MAX_STABILIZATION_WINDOW_S)]
+
+
+class ScaleUpDoc(_Doc, frozen=True):
+    stabilization_window_seconds: _WindowSeconds = 0
+
+
+class ScaleDownDoc(_Doc, frozen=True):
+    stabilization_window_seconds: _WindowSeconds = 300
+
+
+class BehaviorDoc(_Doc, frozen=True):
+    """HPA's `behavior`, its stabilisation windows only (planner/damping.py)."""
+
+    scale_up: ScaleUpDoc = ScaleUpDoc()
+    scale_down: ScaleDownDoc = ScaleDownDoc()
+
+
 class AutoscaleDoc(_Doc, frozen=True):
     max: Annotated[int, Meta(ge=1, le=MAX_REPLICAS)]
     target_lag_per_replica: Annotated[int, Meta(ge=1, le=10**15)]
     min: _Replicas = 1
+    behavior: BehaviorDoc = BehaviorDoc()
 
 
 class OnErrorDoc(_Doc, frozen=True):
@@ -217,3 +247,10 @@ class PolicyDoc(_Doc, frozen=True):
     rebalance: RebalanceDoc = RebalanceDoc()
     consumers: ConsumersDoc = ConsumersDoc()
     dry_run: bool = False
+    target_time_lag_seconds: (
+        Annotated[
+            float,
+            Meta(gt=0, le=MAX_TARGET_TIME_LAG_S, description="a number of seconds > 0 (at most a week)"),
+        ]
+        | None
+    ) = None

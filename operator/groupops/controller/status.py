@@ -48,6 +48,9 @@ OWNED_STATUS_KEYS = (
     "approvedProposal",
     "brokerAssignment",
     "offsetReset",
+    "timeLagSeconds",
+    "timeLagGoal",
+    "stuckPartitions",
 )
 """The status fields this operator writes; anything else under status (kopf's own progress
 records) is left alone."""

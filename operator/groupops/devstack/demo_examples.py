@@ -40,9 +40,14 @@ class PolicyInfo:
         return f"{self.name}-{ordinal}"
 
 
+DEMO_COOLDOWN_S = 3
+"""spec.rebalance.cooldownSeconds of the demo's policies (docs/design.md §6.5)."""
+
+
 def adapt_example(example: str, *, bootstrap: str, suffix: str) -> PolicyInfo:
     """examples/policies/<example>.yaml for the local broker: bootstrapServers, lagSource kafka
-    instead of static lag, and (`suffix`, on a running stack) topic and group names of its own."""
+    instead of static lag, a short replan cooldown, and (`suffix`, on a running stack) topic and
+    group names of its own."""
     path = EXAMPLES / f"{example}.yaml"
     try:
         document: dict[str, Any] = yaml.safe_load(path.read_text())
@@ -60,6 +65,13 @@ def adapt_example(example: str, *, bootstrap: str, suffix: str) -> PolicyInfo:
         changes.append(
             "spec.lagSource: static -> kafka (the example's static lags stand in for a cluster; "
             "here the operator reads the group's real lag from the broker)"
+        )
+    if "rebalance" in spec:
+        spec["rebalance"]["cooldownSeconds"] = DEMO_COOLDOWN_S
+        changes.append(
+            f"spec.rebalance.cooldownSeconds: {original['rebalance'].get('cooldownSeconds', 30)} -> "
+            f"{DEMO_COOLDOWN_S} (the demo's burst is short: replicas would absorb it within the "
+            "default cooldown, and nothing would be worth a replan)"
         )
     if suffix:
         spec["topics"] = [topic + suffix]

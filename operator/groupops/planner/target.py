@@ -198,12 +198,15 @@ def scale_down_order(ordinals: Iterable[int], replicas: int) -> list[int]:
 
 
 class Trigger(enum.Enum):
-    """Why a planning round publishes a new plan (the reason of the rebalance Event)."""
+    """Why a planning round publishes a new plan (the reason of the rebalance Event). The first
+    four keep the plan correct and are never damped (`rebalance_trigger`); the last three are
+    judged by `planner.damping` (a cooldown, and for the lag-driven two an improvement)."""
 
     INITIAL = "Initial"
     SPEC_CHANGED = "SpecChanged"
     MEMBERSHIP_CHANGED = "MembershipChanged"
     PARTITIONS_CHANGED = "PartitionsChanged"
+    COUNTS_UNEVEN = "CountsUneven"
     IMBALANCE = "ImbalanceExceeded"
     INTERVAL = "Interval"
 
@@ -212,24 +215,21 @@ def rebalance_trigger(
     *,
     published: Mapping[str, Sequence[TopicPartition]] | None,
     published_members: Iterable[str] | None,
-    published_generation: int | None,
-    generation: int,
+    spec_changed: bool,
     members: Iterable[str],
     topics: Mapping[str, int],
-    imbalance: float,
-    imbalance_threshold: float,
-    seconds_since_rebalance: float | None,
-    interval_seconds: float,
 ) -> Trigger | None:
-    """The first reason, in this order, to rebalance now; None to keep the published plan.
+    """The first reason, in this order, that the plan must change now to stay correct; None when
+    only lag could call for a replan (`planner.damping` judges those).
 
     `published_members` are the identities that took part when the plan was made (the plan also
-    lists identities that take no part, with empty sets). A plan that does not cover exactly the
+    lists identities that take no part, with empty sets). `spec_changed`: the spec changed in
+    what the target depends on since the plan was made. A plan that does not cover exactly the
     topics' partitions (a topic grew, or a handoff is half way) is replanned at once.
     """
     if published is None:
         return Trigger.INITIAL
-    if published_generation != generation:
+    if spec_changed:
         return Trigger.SPEC_CHANGED
     if published_members is None or set(published_members) != set(members):
         return Trigger.MEMBERSHIP_CHANGED
@@ -237,8 +237,4 @@ def rebalance_trigger(
     expected = [TopicPartition(topic, p) for topic in sorted(topics) for p in range(topics[topic])]
     if covered != expected:
         return Trigger.PARTITIONS_CHANGED
-    if imbalance > imbalance_threshold:
-        return Trigger.IMBALANCE
-    if seconds_since_rebalance is None or seconds_since_rebalance >= interval_seconds:
-        return Trigger.INTERVAL
     return None
