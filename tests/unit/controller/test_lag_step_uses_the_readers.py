@@ -4,17 +4,12 @@ with the policy's own connection, reset rule and budget; other sources never tou
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
-from groupops.controller.events import EventSink
-from groupops.controller.lagfleet import KafkaClusterReaders
-from groupops.controller.metrics import Metrics
-from groupops.controller.reconcile import Deps, PolicyMemory, reconcile
-from groupops.controller.settings import Settings
 from groupops.lag import LagSnapshot
 from groupops.lag.registry import SourceContext
 from tests.unit.controller.fake_kube import FakeKube
+from tests.unit.controller.reconcile_support import reconcile_with_readers
 
 STATIC_SPEC: dict[str, Any] = {
     "kafka": {"bootstrapServers": "k:9092"},
@@ -51,15 +46,7 @@ class FakeReaders:
 
 
 def run(kube: FakeKube, readers: FakeReaders) -> Any:
-    deps = Deps(
-        client=kube,  # type: ignore[arg-type]
-        settings=Settings(),
-        metrics=Metrics(),
-        events=EventSink(kube),  # type: ignore[arg-type]
-        wall_clock=lambda: datetime(2025, 1, 1, tzinfo=UTC),
-        kafka_readers=cast(KafkaClusterReaders, readers),
-    )
-    return reconcile(kube.policy("ns", "p"), deps, PolicyMemory())
+    return reconcile_with_readers(kube, readers)
 
 
 def test_a_kafka_policy_reads_through_the_readers_with_its_own_connection() -> None:

@@ -6,27 +6,21 @@ start, and `Degraded=True NoLagSeries` says why until series appear."""
 from __future__ import annotations
 
 import base64
-import json
-import threading
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, HTTPServer
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
 import pytest
 
-from groupops.controller.events import EventSink
-from groupops.controller.lagfleet import KafkaClusterReaders
-from groupops.controller.metrics import Metrics
-from groupops.controller.reconcile import Deps, PolicyMemory, ReconcileFailure, reconcile
-from groupops.controller.settings import Settings
+from groupops.controller.reconcile import PolicyMemory, ReconcileFailure
 from groupops.lag.kafka import KafkaLagSettings
+from tests.fixtures.json_http import JsonHandler, serving
 from tests.unit.controller.fake_kube import FakeKube
+from tests.unit.controller.reconcile_support import reconcile_with_readers
 
 TOKEN = "prom-reader-token-2718"
 
 
-class Exporter(BaseHTTPRequestHandler):
+class Exporter(JsonHandler):
     """Prometheus answering the instant query with `series` (topic, partition, lag), if the
     request carries the bearer token."""
 
@@ -36,34 +30,19 @@ class Exporter(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         Exporter.authorizations.append(self.headers.get("Authorization"))
         if self.headers.get("Authorization") != f"Bearer {TOKEN}":
-            status, body = 401, {"status": "error"}
-        else:
-            result = [
-                {"metric": {"topic": t, "partition": str(p)}, "value": [0, str(lag)]}
-                for t, p, lag in self.series
-            ]
-            status, body = 200, {"status": "success", "data": {"resultType": "vector", "result": result}}
-        payload = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args: Any) -> None:
-        del args
+            self.send_json(401, {"status": "error"})
+            return
+        result = [
+            {"metric": {"topic": t, "partition": str(p)}, "value": [0, str(lag)]} for t, p, lag in self.series
+        ]
+        self.send_json(200, {"status": "success", "data": {"resultType": "vector", "result": result}})
 
 
 @pytest.fixture
 def prometheus() -> Iterator[str]:
-    httpd = HTTPServer(("127.0.0.1", 0), Exporter)
     Exporter.series, Exporter.authorizations = [], []
-    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    try:
+    with serving(Exporter) as httpd:
         yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
 
 
 class CountingReaders:
@@ -100,15 +79,7 @@ def put_secret(kube: FakeKube, name: str, data: Mapping[str, str]) -> None:
 
 
 def run(kube: FakeKube, readers: CountingReaders, memory: PolicyMemory) -> Any:
-    deps = Deps(
-        client=kube,  # type: ignore[arg-type]
-        settings=Settings(),
-        metrics=Metrics(),
-        events=EventSink(kube),  # type: ignore[arg-type]
-        wall_clock=lambda: datetime(2025, 1, 1, tzinfo=UTC),
-        kafka_readers=cast(KafkaClusterReaders, readers),
-    )
-    return reconcile(kube.policy("ns", "p"), deps, memory)
+    return reconcile_with_readers(kube, readers, memory)
 
 
 def conditions(kube: FakeKube) -> dict[str, tuple[str, str, str]]:

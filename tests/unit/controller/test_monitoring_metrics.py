@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
-from groupops.controller.events import EventSink
-from groupops.controller.lagfleet import KafkaClusterReaders
 from groupops.controller.metrics import Metrics
-from groupops.controller.reconcile import Deps, PolicyMemory, reconcile
+from groupops.controller.reconcile import PolicyMemory
 from groupops.controller.render_plan import read_plan_configmap
-from groupops.controller.settings import Settings
 from groupops.lag import LagSnapshot, LagSourceUnavailable
 from groupops.lag.registry import SourceContext
 from groupops.model import MemberId
@@ -27,6 +24,7 @@ from groupops.planner.plan_format import (
     lease_record_annotations,
 )
 from tests.unit.controller.fake_kube import FakeKube
+from tests.unit.controller.reconcile_support import reconcile_with_readers
 from tests.unit.controller.test_reconcile_steps import Clock
 
 LAGS = {"t": [10, 10, 10]}
@@ -72,15 +70,9 @@ class World:
         self.kube.put_policy("ns", "p", spec)
 
     def run(self) -> Any:
-        deps = Deps(
-            client=self.kube,  # type: ignore[arg-type]
-            settings=Settings(),
-            metrics=self.metrics,
-            events=EventSink(self.kube),  # type: ignore[arg-type]
-            wall_clock=self.clock,
-            kafka_readers=cast(KafkaClusterReaders, self.readers),
+        result = reconcile_with_readers(
+            self.kube, self.readers, self.memory, metrics=self.metrics, wall_clock=self.clock
         )
-        result = reconcile(self.kube.policy("ns", "p"), deps, self.memory)
         self.clock.advance(1)
         return result
 

@@ -11,13 +11,10 @@ from typing import Any, cast
 
 import pytest
 
-from groupops.controller.events import EventSink
-from groupops.controller.lagfleet import KafkaClusterReaders
 from groupops.controller.lagstate import kept_away
 from groupops.controller.metrics import Metrics
-from groupops.controller.reconcile import Deps, PolicyMemory, reconcile
+from groupops.controller.reconcile import PolicyMemory
 from groupops.controller.render_plan import read_plan_configmap
-from groupops.controller.settings import Settings
 from groupops.controller.spec import SpecError, parse_policy
 from groupops.lag import LagSnapshot, PartitionOffsets
 from groupops.lag.registry import SourceContext
@@ -30,6 +27,7 @@ from groupops.planner.plan_format import (
     lease_record_annotations,
 )
 from tests.unit.controller.fake_kube import FakeKube
+from tests.unit.controller.reconcile_support import reconcile_with_readers
 from tests.unit.controller.test_reconcile_steps import Clock
 
 READ_EVERY_S = 10.0
@@ -96,15 +94,9 @@ class World:
         self.kube.put_policy("ns", "p", spec)
 
     def run(self) -> Any:
-        deps = Deps(
-            client=self.kube,  # type: ignore[arg-type]
-            settings=Settings(),
-            metrics=self.metrics,
-            events=EventSink(self.kube),  # type: ignore[arg-type]
-            wall_clock=self.clock,
-            kafka_readers=cast(KafkaClusterReaders, self.partitions),
+        result = reconcile_with_readers(
+            self.kube, self.partitions, self.memory, metrics=self.metrics, wall_clock=self.clock
         )
-        result = reconcile(self.kube.policy("ns", "p"), deps, self.memory)
         self.clock.advance(1)
         return result
 

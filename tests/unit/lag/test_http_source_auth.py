@@ -11,7 +11,6 @@ reader hands them to the sources (controller/lagaccess.py)."""
 from __future__ import annotations
 
 import base64
-import json
 import logging
 import ssl
 import subprocess
@@ -29,6 +28,7 @@ import pytest
 from groupops.lag import LagAuthorizationError, LagSnapshot, LagSourceConfigError, LagSourceUnavailable
 from groupops.lag.endpoint import endpoint_from_spec
 from groupops.lag.registry import SourceContext, build_lag_source
+from tests.fixtures.json_http import JsonHandler
 
 TOKEN = "s3cr3t-t0ken-4711"
 USER, PASSWORD = "lag-reader", "pa55-w0rd-0815"
@@ -94,7 +94,7 @@ class Site:
 
 
 def handler_for(site: Site) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(JsonHandler):
         def do_GET(self) -> None:
             site.seen_authorization.append(self.headers.get("Authorization"))
             if site.hold is not None:
@@ -108,22 +108,13 @@ def handler_for(site: Site) -> type[BaseHTTPRequestHandler]:
             if site.expected_authorization is not None and (
                 self.headers.get("Authorization") != site.expected_authorization
             ):
-                self.reply(401, {"status": "error", "error": "unauthorized"}, challenge=True)
+                self.send_json(
+                    401,
+                    {"status": "error", "error": "unauthorized"},
+                    {"WWW-Authenticate": 'Basic realm="lag"'},
+                )
                 return
-            self.reply(*site.answer(urlparse(self.path).path))
-
-        def reply(self, status: int, body: Any, *, challenge: bool = False) -> None:
-            payload = json.dumps(body).encode()
-            self.send_response(status)
-            if challenge:
-                self.send_header("WWW-Authenticate", 'Basic realm="lag"')
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, *args: Any) -> None:
-            del args
+            self.send_json(*site.answer(urlparse(self.path).path))
 
     return Handler
 

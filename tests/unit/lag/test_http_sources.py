@@ -7,11 +7,8 @@ provider in the `SourceContext`, as the operator's per-cluster readers give them
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlparse
 
@@ -26,6 +23,7 @@ from groupops.lag import (
 )
 from groupops.lag.prometheus import EXPORTERS
 from groupops.lag.registry import SourceContext, build_lag_source
+from tests.fixtures.json_http import JsonHandler, serving
 
 
 class Counts:
@@ -47,36 +45,21 @@ COUNTS = {"orders": 4, "audit": 2, "t": 1, "orders.v1": 2, "orders-x": 1}
 CONTEXT = SourceContext(bootstrap_servers="unused:9092", partition_counts=Counts(COUNTS))
 
 
-class Canned(BaseHTTPRequestHandler):
+class Canned(JsonHandler):
     answers: ClassVar[dict[str, tuple[int, Any]]] = {}
     seen: ClassVar[list[str]] = []
 
     def do_GET(self) -> None:
         parsed = urlparse(self.path)
         Canned.seen.append(self.path)
-        status, body = Canned.answers.get(parsed.path, (404, {"error": True, "message": "not found"}))
-        payload = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args: Any) -> None:
-        del args
+        self.send_json(*Canned.answers.get(parsed.path, (404, {"error": True, "message": "not found"})))
 
 
 @pytest.fixture
 def server() -> Iterator[str]:
-    httpd = HTTPServer(("127.0.0.1", 0), Canned)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
     Canned.answers, Canned.seen = {}, []
-    try:
+    with serving(Canned) as httpd:
         yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
 
 
 def vector(
