@@ -63,8 +63,9 @@ class Member:
 
     `generation` is the generation in which `owned` was assigned (Kafka's sticky assignors give a
     partition claimed by two members to the higher generation); `None` means unknown, as Kafka's
-    DEFAULT_GENERATION. `capacity` scales the member's share of lag in `balanced` (2.0 = twice as
-    fast as a member of capacity 1.0). `priority` orders members for `failover`.
+    DEFAULT_GENERATION. `capacity` scales the member's share of partitions and lag in `lag` and
+    `balanced` (2.0 = twice as fast as a member of capacity 1.0; the other strategies ignore it).
+    `priority` orders members for `failover`.
     """
 
     member_id: MemberId

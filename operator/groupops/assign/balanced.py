@@ -299,7 +299,11 @@ def _lag_candidate(problem: Problem) -> IntArray:
         ]
         begin, end = problem.offsets[t], problem.offsets[t + 1]
         owner[begin:end] = subscribers[
-            lag_strategy.assign_topic(problem.lag[begin:end].astype(np.int64), len(subscribers))
+            lag_strategy.assign_topic(
+                problem.lag[begin:end].astype(np.int64),
+                len(subscribers),
+                problem.capacity[subscribers].tolist(),
+            )
         ]
     return owner
 

@@ -10,6 +10,9 @@ Guarantees, in priority order:
    the topic even when a higher-priority member has come back (no flapping on return);
 4. everyone else gets an empty list: hot standbys.
 
+`capacity` is ignored: the active member consumes the whole topic whatever its speed, and a
+faster standby is chosen by giving it a higher priority.
+
 A subscription to a topic absent from `topics` gives nothing; owned partitions that no longer
 exist (topic deleted, or beyond its count) are ignored, also by `failback: false`.
 

@@ -3,6 +3,8 @@
 Pure (the clock is an argument). The reconcile reads pods and Leases, then asks `identity_view`:
 
 1. slots: replicas 0..n-1, identity `<groupId>-<i>`, zone `zones[i % len(zones)]` when rack-aware;
+   each member's capacity from `consumers.capacity` (its identity's, else its zone's, else the
+   default);
 2. liveness of each identity from its Lease, judged by the operator's own clock since it last saw
    the Lease change (`LeaseClock`, as leader election does: clocks of two machines are never
    compared; a heartbeat it granted counts as a change, docs/design.md §7.5): `live` (held and
@@ -25,7 +27,7 @@ Pure (the clock is an argument). The reconcile reads pods and Leases, then asks 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -183,6 +185,7 @@ def identity_view(
     replicas: int,
     zones: Sequence[str],
     priorities: Mapping[str, int],
+    capacity: Callable[[str, str | None], float] = lambda identity, zone: 1.0,
     template_hash: str,
     pods: Iterable[Mapping[str, Any]],
     leases: Mapping[str, Mapping[str, Any] | None],
@@ -193,7 +196,8 @@ def identity_view(
     lease_duration: float,
     startup_grace: float = 0.0,
 ) -> IdentityView:
-    """See the module docstring; `leases` maps identity -> its Lease object (or None)."""
+    """See the module docstring; `leases` maps identity -> its Lease object (or None);
+    `capacity(identity, zone)` is the replica's capacity (`CapacitySpec.of`)."""
     views = _pod_views(pods)
     slots = tuple(
         (i, identity_name(group_id, i), zones[i % len(zones)] if zones else None) for i in range(replicas)
@@ -220,7 +224,13 @@ def identity_view(
 
         candidates = [(i, name, zone) for i, name, zone in candidates if states[name].live or starting(name)]
     members = tuple(
-        Identity(name=name, ordinal=i, priority=priorities.get(name, default_priority(i)), rack=zone)
+        Identity(
+            name=name,
+            ordinal=i,
+            priority=priorities.get(name, default_priority(i)),
+            rack=zone,
+            capacity=capacity(name, zone),
+        )
         for i, name, zone in candidates
     )
     releasable = frozenset(

@@ -192,6 +192,7 @@ def _reconcile(run: RunContext) -> ReconcileResult:
             replicas=replicas,
             zones=spec.consumers.zones,
             priorities=spec.consumers.priorities,
+            capacity=spec.consumers.capacity.of,
             template_hash=current_hash,
             pods=pods,
             leases=leases_by_identity,

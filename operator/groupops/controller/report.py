@@ -70,6 +70,7 @@ def write_status(
     stopped: list[str] = []
     lag_by_identity: dict[str, int] = {}
     priorities = {identity.name: identity.priority for identity in view.members}
+    capacities = {identity.name: identity.capacity for identity in view.members}
     for ordinal in sorted(view.identities_by_ordinal):
         identity = view.identities_by_ordinal[ordinal]
         partitions = sorted(shown.get(identity, ()))
@@ -80,6 +81,7 @@ def write_status(
             "instanceId": identity,
             "pod": pod_name(run.policy.name, ordinal),
             "priority": priorities.get(identity, spec.consumers.priorities.get(identity, -(ordinal + 1))),
+            "capacity": capacities.get(identity, spec.consumers.capacity.of(identity, zone)),
             "state": member_state(view, ordinal, identity, bool(partitions)),
             "partitions": [str(tp) for tp in partitions],
             "lag": lag,

@@ -70,6 +70,7 @@ __all__ = [
     "ERROR_ACTIONS",
     "NATIVE_STRATEGIES",
     "AutoscaleSpec",
+    "CapacitySpec",
     "ConsumersSpec",
     "KafkaSpec",
     "LagSourceSpec",
@@ -169,6 +170,24 @@ class OnErrorSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CapacitySpec:
+    """`spec.consumers.capacity`: each replica's speed relative to the others (2.0 = twice as fast
+    as 1.0), for the lag-aware strategies (`lag`, `balanced`; docs/design.md §3). The identity's
+    own entry wins, then its zone's, then `default`."""
+
+    default: float = 1.0
+    by_identity: Mapping[str, float] = field(default_factory=dict)
+    by_zone: Mapping[str, float] = field(default_factory=dict)
+
+    def of(self, identity: str, zone: str | None) -> float:
+        if identity in self.by_identity:
+            return self.by_identity[identity]
+        if zone is not None and zone in self.by_zone:
+            return self.by_zone[zone]
+        return self.default
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ConsumersSpec:
     """max_poll_interval_seconds: a replica that makes no progress this long is failed over and
     restarted (consumer/progress.py); with native delivery also librdkafka's max.poll.interval.ms."""
@@ -176,6 +195,7 @@ class ConsumersSpec:
     replicas: int = 1
     autoscale: AutoscaleSpec | None = None
     priorities: Mapping[str, int] = field(default_factory=dict)
+    capacity: CapacitySpec = field(default_factory=CapacitySpec)
     delivery: str = "plan"
     zones: tuple[str, ...] = ()
     template: Mapping[str, Any] = field(default_factory=dict)
@@ -339,35 +359,54 @@ def _consumers(
             f"native delivery works with {', '.join(sorted(NATIVE_STRATEGIES))} only, not {strategy.type!r}",
         )
     max_replicas = autoscale.maximum if autoscale else replicas
-    for identity in doc.priorities:
-        where = f"spec.consumers.priorities.{identity}"
-        ordinal = identity_ordinal(group_id, identity)
-        if ordinal is None:
-            raise SpecError(
-                where, f"{identity!r} is not an identity of group {group_id!r} (<groupId>-<ordinal>)"
-            )
-        if ordinal >= max_replicas:
-            raise SpecError(
-                where,
-                f"unknown identity {identity!r}: the policy runs {group_id}-0..{group_id}-{max_replicas - 1}"
-                if max_replicas
-                else f"unknown identity {identity!r}: the policy runs no replica",
-            )
+    _check_identities(doc.priorities, "spec.consumers.priorities", group_id, max_replicas)
+    _check_identities(doc.capacity.by_identity, "spec.consumers.capacity.byIdentity", group_id, max_replicas)
     if doc.zones and not strategy.rack_aware:
         raise SpecError(
             "spec.consumers.zones", "zones place replicas for rack-aware plans: set strategy.rackAware"
         )
+    for zone in doc.capacity.by_zone:
+        if zone not in doc.zones:
+            raise SpecError(
+                f"spec.consumers.capacity.byZone.{zone}",
+                f"unknown zone {zone!r}: spec.consumers.zones lists {', '.join(doc.zones)}"
+                if doc.zones
+                else f"unknown zone {zone!r}: set spec.consumers.zones to place replicas in zones",
+            )
     _check_template(doc.template)
     return ConsumersSpec(
         replicas=replicas,
         autoscale=autoscale,
         priorities=doc.priorities,
+        capacity=CapacitySpec(
+            default=doc.capacity.default,
+            by_identity=doc.capacity.by_identity,
+            by_zone=doc.capacity.by_zone,
+        ),
         delivery=doc.delivery,
         zones=doc.zones,
         template=template,
         max_poll_interval_seconds=doc.max_poll_interval_seconds,
         on_error=_on_error(doc.on_error, doc.max_poll_interval_seconds),
     )
+
+
+def _check_identities(entries: Mapping[str, Any], where: str, group_id: str, max_replicas: int) -> None:
+    """Keys of a per-identity map (priorities, capacity.byIdentity) name replicas the policy runs."""
+    for identity in entries:
+        ordinal = identity_ordinal(group_id, identity)
+        if ordinal is None:
+            raise SpecError(
+                f"{where}.{identity}",
+                f"{identity!r} is not an identity of group {group_id!r} (<groupId>-<ordinal>)",
+            )
+        if ordinal >= max_replicas:
+            raise SpecError(
+                f"{where}.{identity}",
+                f"unknown identity {identity!r}: the policy runs {group_id}-0..{group_id}-{max_replicas - 1}"
+                if max_replicas
+                else f"unknown identity {identity!r}: the policy runs no replica",
+            )
 
 
 def _on_error(doc: OnErrorDoc, max_poll_interval: int) -> OnErrorSpec:

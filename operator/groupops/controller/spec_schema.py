@@ -24,6 +24,7 @@ __all__ = [
     "DEFAULT_MAX_POLL_INTERVAL_S",
     "DELIVERIES",
     "ERROR_ACTIONS",
+    "MAX_CAPACITY",
     "MAX_POLL_INTERVAL_RANGE",
     "MAX_PRIORITY",
     "MAX_REPLICAS",
@@ -34,6 +35,7 @@ __all__ = [
     "PROPOSAL_ID",
     "AutoscaleDoc",
     "BehaviorDoc",
+    "CapacityDoc",
     "ConsumersDoc",
     "KafkaDoc",
     "LagSourceDoc",
@@ -58,6 +60,9 @@ OFFSET_RESETS = ("earliest", "latest")
 MAX_REPLICAS = 1000
 ERROR_ACTIONS = tuple(action.value for action in ErrorAction)
 MAX_PRIORITY = 1_000_000
+MAX_CAPACITY = 1000.0
+"""A replica's capacity relative to the others (consumers.capacity): beyond 1000 times the speed
+of another replica, the slower one is better left out."""
 DEFAULT_MAX_POLL_INTERVAL_S = 300
 """Kafka's max.poll.interval.ms default (also the CRD's, and the consumer's without the variable)."""
 MAX_POLL_INTERVAL_RANGE = (5, 86_400)
@@ -94,6 +99,9 @@ _TopicName = Annotated[
 ]
 _Replicas = Annotated[int, Meta(ge=0, le=MAX_REPLICAS)]
 _Lag = Annotated[int, Meta(ge=0, le=2**63 - 1, description="a lag: an integer >= 0 (int64)")]
+_Capacity = Annotated[
+    float, Meta(gt=0, le=MAX_CAPACITY, description="a capacity: a number > 0 and at most 1000")
+]
 _Settings = dict[str, Any]
 """A lag source's settings object, parsed by the source itself (`from_spec` in lag/<type>.py)."""
 
@@ -211,11 +219,21 @@ class TemplateDoc(_Doc, frozen=True):
     """A PodSpec, free-form as in the schema: the API server judges it when the pods are created."""
 
 
+class CapacityDoc(_Doc, frozen=True):
+    """`consumers.capacity`: a replica's speed relative to the others, for the lag-aware
+    strategies (`lag`, `balanced`); byIdentity wins over byZone, which wins over default."""
+
+    default: _Capacity = 1.0
+    by_identity: Annotated[dict[str, _Capacity], Meta(max_length=1000)] = {}
+    by_zone: Annotated[dict[str, _Capacity], Meta(max_length=32)] = {}
+
+
 class ConsumersDoc(_Doc, frozen=True):
     replicas: _Replicas | None = None
     """None: not given (1 without autoscale); told apart from 1 for "replicas xor autoscale"."""
     autoscale: AutoscaleDoc | None = None
     priorities: Annotated[dict[str, Annotated[int, Meta(ge=0, le=MAX_PRIORITY)]], Meta(max_length=1000)] = {}
+    capacity: CapacityDoc = CapacityDoc()
     delivery: _Delivery = "plan"
     max_poll_interval_seconds: Annotated[
         int, Meta(ge=MAX_POLL_INTERVAL_RANGE[0], le=MAX_POLL_INTERVAL_RANGE[1])
