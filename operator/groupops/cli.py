@@ -6,6 +6,7 @@ failures. `groupops --version` prints the package version; `--install-completion
 
 from __future__ import annotations
 
+import faulthandler
 from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated
 
@@ -62,4 +63,7 @@ snapshot.register(app)
 
 
 def main() -> None:
+    # A crash inside a C extension (librdkafka, the Kubernetes client's TLS) would otherwise end
+    # the long-running commands without a word in their log: print the Python stacks first.
+    faulthandler.enable()
     app()

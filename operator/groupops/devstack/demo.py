@@ -156,7 +156,10 @@ class Demo:
         deadline = time.monotonic() + limit
         while time.monotonic() < deadline:
             if not self.operator.alive():
-                raise DemoError(f"the operator exited while waiting for {what}:\n{self.operator.log_tail()}")
+                raise DemoError(
+                    f"the operator exited (code {self.operator.exit_code()}) while waiting for {what}:\n"
+                    f"{self.operator.log_tail()}"
+                )
             result = probe()
             if result:
                 return result

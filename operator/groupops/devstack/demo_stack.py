@@ -277,6 +277,10 @@ class OperatorRun:
     def alive(self) -> bool:
         return self._popen is not None and self._popen.poll() is None
 
+    def exit_code(self) -> int | None:
+        """The process's exit code (negative: the signal that ended it); None while it runs."""
+        return None if self._popen is None else self._popen.poll()
+
     def stop(self) -> None:
         """SIGTERM, repeated every second (a SIGTERM in the half second while kopf starts its
         loop is lost: seen when Ctrl-C comes right after the start), SIGKILL after a grace

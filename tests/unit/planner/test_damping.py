@@ -515,14 +515,24 @@ def test_on_the_real_planner_a_flapping_hot_partition_replans_at_most_once_per_c
 ) -> None:
     """Lag of one hot partition swings up and down by `swing` every tick (5 s), the others walk
     at random: the published plan's imbalance crosses the threshold again and again, and the
-    planner always finds a better plan. With a 30 s cooldown: at most T / 30 + 1 replans; without
-    damping (cooldown 0, minImprovement 0) the same lag replans far more often."""
+    planner always finds a better plan. With a 30 s cooldown: at most T / 30 + 1 replans.
+    (Undamped runs are not compared case by case: publishing more often changes the plans the
+    later decisions start from, so one short run may replan less; see the next test.)"""
     damped = simulate(
         seed, strategy, swing, minutes, DampingSettings(cooldown_seconds=30, interval_seconds=60)
     )
     assert damped <= minutes * 60 // 30 + 1
-    eager = simulate(seed, strategy, swing, minutes, DampingSettings(min_improvement=0.0, cooldown_seconds=0))
-    assert eager >= damped
+
+
+@pytest.mark.parametrize("strategy", ["lag", "balanced"])
+def test_without_damping_the_same_flapping_lag_replans_several_times_as_often(strategy: str) -> None:
+    undamped = DampingSettings(min_improvement=0.0, cooldown_seconds=0)
+    damped = DampingSettings(cooldown_seconds=30, interval_seconds=60)
+    totals = [
+        (simulate(seed, strategy, 0.5, 10, damped), simulate(seed, strategy, 0.5, 10, undamped))
+        for seed in range(4)
+    ]
+    assert sum(eager for _, eager in totals) >= 3 * sum(calm for calm, _ in totals), totals
 
 
 def simulate(seed: int, strategy: str, swing: float, minutes: int, damping: DampingSettings) -> int:
