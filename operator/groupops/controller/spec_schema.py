@@ -11,8 +11,9 @@ Pure: no I/O.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
+import msgspec
 from msgspec import Meta, Struct
 
 from groupops.assign import STRATEGY_NAMES
@@ -272,3 +273,11 @@ class PolicyDoc(_Doc, frozen=True):
         ]
         | None
     ) = None
+
+
+# msgspec builds a Struct type's decoding information on the first decode or convert that meets
+# it, running Python code (annotations) midway: two reconcile threads parsing their first specs
+# at once could meet a half-built one and crash the process (seen: a segfault in msgspec's _core
+# when an operator started with two policies). Building it here, on import, in one thread, leaves
+# nothing to build later.
+_TYPE_INFO_BUILT_ON_IMPORT: Final = msgspec.json.Decoder(PolicyDoc)
