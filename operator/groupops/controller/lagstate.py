@@ -10,8 +10,9 @@ What it reports (docs/design.md §4, docs/operations.md):
   partitions'; status.timeLagGoal: spec.targetTimeLagSeconds and whether the group meets it;
 - status.stuckPartitions: partitions judged STALL, STOP or REWIND (`planner.stuck`), worst first,
   at most `STUCK_LISTED` of them, each with its owner (identity, "" for none);
-- metrics: groupops_time_lag_seconds, groupops_member_time_lag_seconds and
-  groupops_partition_status (partitions per state: one series per state, not per partition);
+- metrics: groupops_time_lag_seconds, groupops_time_lag_goal_seconds,
+  groupops_member_time_lag_seconds and groupops_partition_status (partitions per state: one
+  series per state, not per partition);
 - Events, Warning, once per transition into a state (announced states are remembered in the
   policy's memory, seeded from status so that a new leader does not repeat them):
   `PartitionStalled`, `GroupStopped`, `OffsetRewound`, one Event per reason and run.
@@ -313,6 +314,7 @@ def lag_report(
     the fields and series are removed, the goal is shown without `met`."""
     metrics, ns, name = run.deps.metrics, run.policy.namespace, run.policy.name
     goal = spec.target_time_lag_seconds
+    metrics.record_time_lag_goal(ns, name, goal)
     if windows is None:
         metrics.record_time_lag(ns, name, None, {})
         metrics.record_partition_states(ns, name, None)

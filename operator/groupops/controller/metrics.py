@@ -42,6 +42,13 @@ class Metrics:
             labels,
             registry=self.registry,
         )
+        self.time_lag_goal = Gauge(
+            "groupops_time_lag_goal_seconds",
+            "The policy's spec.targetTimeLagSeconds (absent when it sets none): the alert's and the "
+            "dashboard's goal line.",
+            labels,
+            registry=self.registry,
+        )
         self.member_time_lag = Gauge(
             "groupops_member_time_lag_seconds",
             "The largest time lag of the partitions a member owns in the published plan (0 when it "
@@ -237,6 +244,14 @@ class Metrics:
         for identity, seconds in members.items():
             self.member_time_lag.labels(namespace, policy, identity).set(seconds)
 
+    def record_time_lag_goal(self, namespace: str, policy: str, goal: float | None) -> None:
+        """Set the policy's time-lag goal (None: it has none, the series is dropped)."""
+        if goal is None:
+            with contextlib.suppress(KeyError):
+                self.time_lag_goal.remove(namespace, policy)
+        else:
+            self.time_lag_goal.labels(namespace, policy).set(goal)
+
     def record_partition_states(self, namespace: str, policy: str, counts: Mapping[str, int] | None) -> None:
         """Set the partitions per state (None: unknown, the policy's series are dropped)."""
         for labels in _series_of(self.partition_status, namespace, policy):
@@ -258,6 +273,7 @@ class Metrics:
         for metric in (
             self.total_lag,
             self.time_lag,
+            self.time_lag_goal,
             self.imbalance,
             self.epoch,
             self.broker_matches,

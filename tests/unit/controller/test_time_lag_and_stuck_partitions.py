@@ -197,6 +197,14 @@ def test_the_time_lag_goal_says_whether_it_is_met(goal: float, met: bool) -> Non
     world = running({**KAFKA, "targetTimeLagSeconds": goal})
     world.tick()
     assert world.status["timeLagGoal"] == {"targetSeconds": goal, "met": met}
+    assert world.value("groupops_time_lag_goal_seconds") == goal  # the alert's goal line
+
+
+def test_without_a_goal_there_is_no_goal_series() -> None:
+    world = running()
+    world.tick()
+    assert world.value("groupops_time_lag_seconds") is not None
+    assert world.value("groupops_time_lag_goal_seconds") is None
 
 
 @pytest.mark.parametrize(
@@ -222,9 +230,11 @@ def test_a_source_without_offsets_has_no_time_lag_and_the_goal_says_nothing_of_i
 
 
 def test_a_deleted_policys_time_lag_series_are_forgotten() -> None:
-    world = running()
+    world = running({**KAFKA, "targetTimeLagSeconds": 10})
     world.tick()
+    assert world.value("groupops_time_lag_goal_seconds") == 10
     world.metrics.forget("ns", "p")
+    assert world.value("groupops_time_lag_goal_seconds") is None
     assert world.value("groupops_time_lag_seconds") is None
     assert world.value("groupops_member_time_lag_seconds", identity="g-0") is None
     assert world.value("groupops_partition_status", state="OK") is None
