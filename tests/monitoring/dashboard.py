@@ -76,6 +76,8 @@ PANELS_WITH_DATA: tuple[str, ...] = (
     # Policy
     "Member lag",
     "Seconds since poll",
+    "Time lag and goal",
+    "Member time lag",
     "Plan epoch",
     "Members behind plan",
     "Handoff duration p95 and oldest handoff",
@@ -95,7 +97,9 @@ published plan; the consumers' unlabelled counters and gauges exist from the rep
 
 Left out, because a quiet run legitimately has none: fences, lag read failures, reconcile errors,
 native assignment matches (delivery native only), processed/s and consumer lag (no series until
-messages flow), revoke time p95 (NaN until a plan takes partitions away), self-fences and stuck."""
+messages flow), revoke time p95 (NaN until a plan takes partitions away), self-fences and stuck,
+stuck partitions by state (only STALL, STOP and REWIND are drawn). The time-lag panels need a
+policy on `lagSource: kafka` (the one the e2e test runs)."""
 
 
 @cache
