@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests.e2e.operator_support import Kubectl, OperatorProcess, cgp, settled
+from tests.e2e.test_operator_lifecycle import policy
 from tests.e2e.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -29,20 +30,15 @@ LAG_DRIVEN = ("(ImbalanceExceeded)", "(Interval)")
 
 
 def manifest(name: str, lags: list[int], *, consumers: dict[str, Any], **rebalance: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "groupops.dev/v1alpha1",
-        "kind": "ConsumerGroupPolicy",
-        "metadata": {"name": name},
-        "spec": {
-            "kafka": {"bootstrapServers": "127.0.0.1:9092"},
-            "groupId": f"{name}-g",
-            "topics": ["t"],
-            "strategy": {"type": "balanced"},
-            "lagSource": {"type": "static", "static": {"lags": {"t": lags}}},
-            "rebalance": rebalance,
-            "consumers": consumers,
-        },
-    }
+    """A `balanced` policy on static `lags` (test_operator_lifecycle's `policy`)."""
+    return policy(
+        name,
+        0,
+        strategy={"type": "balanced"},
+        lagSource={"type": "static", "static": {"lags": {"t": lags}}},
+        rebalance=rebalance,
+        consumers=consumers,
+    )
 
 
 def flapping(lags: list[int]) -> dict[str, Any]:
