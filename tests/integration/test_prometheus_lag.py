@@ -34,6 +34,8 @@ pytestmark = pytest.mark.integration
 COUNTS = [9_000, 3_000, 6_000, 4_000, 2_000]
 COMMITTED = {0: 1_000, 1: 1_000, 2: 500, 3: 4_000}
 """Partition 4 never committed: no exporter series for it."""
+EXPORTED_LAGS = [8_000, 2_000, 5_500, 0, 0]
+"""COUNTS minus COMMITTED where committed; 0 for partition 4, which has no series."""
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +94,7 @@ def test_each_exporters_series_read_as_the_broker_reads_the_offsets(
     lag_source = prometheus_source(prometheus, kafka_bootstrap, exporter_name)
     try:
         # Partition 4 has no series (never committed): the exporter view reads it as 0.
-        expected = [8_000, 2_000, 5_500, 0, 0]
+        expected = EXPORTED_LAGS
         snapshot = wait_for(
             "the exporter's series in Prometheus",
             lambda: (s := lag_source.read(group, [topic])) and list(s.lags.get(topic, ())) == expected and s,
@@ -133,20 +135,17 @@ def test_a_group_without_series_reads_zero_on_kafkas_counts_until_the_exporter_r
         )
     finally:
         lag_source.close()
-    assert list(seen.lags[topic]) == [8_000, 2_000, 5_500, 0, 0]
+    assert list(seen.lags[topic]) == EXPORTED_LAGS
 
 
 def test_series_of_members_gone_in_a_rebalance_stop_counting_once_they_vanish(
     kafka_bootstrap: str,
-    unique_name: Callable[[str], str],
+    committed_group: tuple[str, str],
     exporter_on_prometheus: tuple[ExporterServer, PrometheusServer],
 ) -> None:
     exporter, prometheus = exporter_on_prometheus
-    topic, group = unique_name("orders"), unique_name("processor")
-    create_topic(kafka_bootstrap, topic, len(COUNTS))
-    produce(kafka_bootstrap, topic, COUNTS)
-    consume_and_commit(kafka_bootstrap, group, topic, COMMITTED)
-    exact = [8_000, 2_000, 5_500, 0, 0]
+    topic, group = committed_group
+    exact = EXPORTED_LAGS
     outdated = [lag + 1_000 if p in COMMITTED else 0 for p, lag in enumerate(exact)]
     exporter.serve(group, [topic])
     exporter.lag_exporter_members("consumer-old", offset=1_000)
