@@ -17,6 +17,8 @@ __all__ = ["Metrics"]
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        self._set_last: dict[tuple[int, str, str], frozenset[str]] = {}
+        """(gauge, namespace, policy) -> the third label's values `_replace_series` set last."""
         labels = ("namespace", "policy")
         self.member_lag = Gauge(
             "groupops_member_lag",
@@ -238,11 +240,7 @@ class Metrics:
                 self.time_lag.remove(namespace, policy)
         else:
             self.time_lag.labels(namespace, policy).set(group)
-        for labels in _series_of(self.member_time_lag, namespace, policy):
-            if labels[2] not in members:
-                self.member_time_lag.remove(*labels)
-        for identity, seconds in members.items():
-            self.member_time_lag.labels(namespace, policy, identity).set(seconds)
+        self._replace_series(self.member_time_lag, namespace, policy, members)
 
     def record_time_lag_goal(self, namespace: str, policy: str, goal: float | None) -> None:
         """Set the policy's time-lag goal (None: it has none, the series is dropped)."""
@@ -254,19 +252,24 @@ class Metrics:
 
     def record_partition_states(self, namespace: str, policy: str, counts: Mapping[str, int] | None) -> None:
         """Set the partitions per state (None: unknown, the policy's series are dropped)."""
-        for labels in _series_of(self.partition_status, namespace, policy):
-            if counts is None or labels[2] not in counts:
-                self.partition_status.remove(*labels)
-        for state, count in (counts or {}).items():
-            self.partition_status.labels(namespace, policy, state).set(count)
+        self._replace_series(self.partition_status, namespace, policy, counts or {})
 
     def record_lag_source(self, namespace: str, policy: str, source: str, *, up: bool) -> None:
         """Set the policy's `lag_source_up` for `source`, dropping the series of a source type the
         policy used before (a switch away from a broken source must not leave it reading 0)."""
-        for labels in _series_of(self.lag_source_up, namespace, policy):
-            if labels[2] != source:
-                self.lag_source_up.remove(*labels)
-        self.lag_source_up.labels(namespace, policy, source).set(1 if up else 0)
+        self._replace_series(self.lag_source_up, namespace, policy, {source: 1 if up else 0})
+
+    def _replace_series(self, gauge: Gauge, namespace: str, policy: str, values: Mapping[str, float]) -> None:
+        """Make the policy's series of `gauge` (labelled namespace, policy and one more) exactly
+        `values`. The label values set last time are remembered per policy, so a reconcile never
+        scans the series of every other policy (thousands of them, at every tick)."""
+        key = (id(gauge), namespace, policy)
+        for gone in self._set_last.get(key, frozenset()) - values.keys():
+            with contextlib.suppress(KeyError):
+                gauge.remove(namespace, policy, gone)
+        for label, value in values.items():
+            gauge.labels(namespace, policy, label).set(value)
+        self._set_last[key] = frozenset(values)
 
     def forget(self, namespace: str, policy: str) -> None:
         """Drop a deleted policy's series (its identities are found from the member gauge)."""
@@ -295,6 +298,7 @@ class Metrics:
         ):
             for labels in _series_of(labelled, namespace, policy):
                 labelled.remove(*labels)
+            self._set_last.pop((id(labelled), namespace, policy), None)
 
     def serve(self, host: str, port: int) -> None:
         start_http_server(port, addr=host, registry=self.registry)
