@@ -46,6 +46,7 @@ def same_input(spec: dict[str, Any]) -> dict[str, Any]:
     per identity, subscribed to every topic, nothing owned yet."""
     replicas = spec["consumers"]["replicas"]
     priorities = spec["consumers"].get("priorities", {})
+    capacity = spec["consumers"].get("capacity", {})
     lags = spec["lagSource"]["static"]["lags"]
     members = []
     for ordinal in range(replicas):
@@ -56,6 +57,7 @@ def same_input(spec: dict[str, Any]) -> dict[str, Any]:
                 "group_instance_id": identity,
                 "topics": spec["topics"],
                 "priority": priorities.get(identity, -(ordinal + 1)),
+                "capacity": capacity.get("byIdentity", {}).get(identity, capacity.get("default", 1)),
             }
         )
     options: dict[str, Any] = {"failback": spec.get("strategy", {}).get("failback", True)}
@@ -125,6 +127,11 @@ def test_example_runs_as_specified(
     expected = groupops_assign(same_input(spec))["assignment"]
     shown = {member["instanceId"]: member["partitions"] for member in status["members"]}
     assert shown == {identity: [f"{t}-{p}" for t, p in tps] for identity, tps in expected.items()}
+    capacity = spec["consumers"].get("capacity", {})
+    assert {member["instanceId"]: member["capacity"] for member in status["members"]} == {
+        identity: capacity.get("byIdentity", {}).get(identity, capacity.get("default", 1))
+        for identity in expected
+    }
     assert status["totalLag"] == sum(sum(v) for v in spec["lagSource"]["static"]["lags"].values())
     applied = condition(policy, "PlanApplied")
     if spec["consumers"].get("delivery") == "native":
