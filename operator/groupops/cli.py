@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from groupops.commands import approve, assign, consume, lag, pipeline, reset_offsets, snapshot
+from groupops.commands import approve, assign, consume, fleet, lag, pipeline, reset_offsets, snapshot
 from groupops.commands import operator as operator_command
 from groupops.commands.options import GroupopsGroup
 
@@ -55,6 +55,7 @@ def _root(
 approve.register(app)
 assign.register(app)
 consume.register(app)
+fleet.register(app)
 operator_command.register(app)
 lag.register(app)
 pipeline.register(app)

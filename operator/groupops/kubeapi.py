@@ -67,6 +67,7 @@ _PLURALS = {
     "RoleBinding": "rolebindings",
     "Lease": "leases",
     "ConsumerGroupPolicy": "consumergrouppolicies",
+    "ConsumerGroupCluster": "consumergroupclusters",
 }
 
 

@@ -6,20 +6,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.chart.chart_support import CHART, NAMESPACE, ROOT, Chart, find, named
 
-REPOSITORY_CRD = ROOT / "crds" / "consumergrouppolicy.yaml"
-CHART_CRD = CHART / "files" / "crds" / "consumergrouppolicy.yaml"
+CRD_FILES = ("consumergrouppolicy.yaml", "consumergroupcluster.yaml")
 HEALTH_LUA = CHART / "files" / "argocd-health.lua"
 HEALTH_KEY = "resource.customizations.health.groupops.dev_ConsumerGroupPolicy"
 
 
-def test_the_chart_ships_the_repository_crd() -> None:
-    assert CHART_CRD.read_text() == REPOSITORY_CRD.read_text(), (
-        "copy crds/consumergrouppolicy.yaml to charts/groupops/files/crds/consumergrouppolicy.yaml"
+@pytest.mark.parametrize("file", CRD_FILES)
+def test_the_chart_ships_the_repository_crd(file: str) -> None:
+    assert (CHART / "files" / "crds" / file).read_text() == (ROOT / "crds" / file).read_text(), (
+        f"copy crds/{file} to charts/groupops/files/crds/{file}"
     )
+
+
+def test_the_chart_ships_every_repository_crd() -> None:
+    assert sorted(p.name for p in (ROOT / "crds").glob("*.yaml")) == sorted(CRD_FILES)
 
 
 def test_the_chart_has_no_crds_directory() -> None:
@@ -30,12 +35,12 @@ def test_the_chart_has_no_crds_directory() -> None:
     )
 
 
-def test_the_crd_is_rendered_unchanged_and_kept_on_uninstall(chart: Chart) -> None:
-    crd = dict(find(chart.render({}), "CustomResourceDefinition"))
-    source = yaml.safe_load(REPOSITORY_CRD.read_text())
+@pytest.mark.parametrize("file", CRD_FILES)
+def test_the_crd_is_rendered_unchanged_and_kept_on_uninstall(chart: Chart, file: str) -> None:
+    source = yaml.safe_load((ROOT / "crds" / file).read_text())
+    crd = dict(find(chart.render({}), "CustomResourceDefinition", source["metadata"]["name"]))
     meta, source_meta = crd.pop("metadata"), source.pop("metadata")
     assert crd == source
-    assert meta["name"] == source_meta["name"] == "consumergrouppolicies.groupops.dev"
     assert meta["annotations"]["helm.sh/resource-policy"] == "keep"
     assert source_meta["labels"].items() <= meta["labels"].items()
     assert meta["labels"]["app.kubernetes.io/instance"] == "groupops"

@@ -153,18 +153,32 @@ def test_namespaced_scope_acts_only_in_the_watched_namespaces(chart: Chart) -> N
         assert {v for v in VERBS if may(docs, Access(v, group, resource, None))} == {"list", "watch"}
     for role in named(docs, "ClusterRole"):
         for rule in role["rules"]:
-            assert set(rule["verbs"]) <= {"get", "list", "watch"} or role["metadata"]["name"].endswith(
-                ("-edit", "-admin")
+            assert (
+                set(rule["verbs"]) <= {"get", "list", "watch"}
+                or role["metadata"]["name"].endswith(("-edit", "-admin"))
+                or rule["resources"] == ["consumergroupclusters/status"]
             ), f"ClusterRole {role['metadata']['name']} writes in scope namespaced: {rule}"
     bound = {b["roleRef"]["name"] for b in named(docs, "ClusterRoleBinding")}
-    assert bound == {"groupops-discovery"}
+    assert bound == {"groupops-discovery", "groupops-clusters"}
+
+
+@pytest.mark.parametrize("scope", ["cluster", "namespaced"])
+def test_clusters_are_read_and_only_their_status_is_written(chart: Chart, scope: str) -> None:
+    docs = chart.render({"scope": scope})
+    clusters = ("groupops.dev", "consumergroupclusters")
+    assert {v for v in VERBS if may(docs, Access(v, *clusters, None, "prod"))} == {"get", "list", "watch"}
+    status = ("groupops.dev", "consumergroupclusters/status")
+    assert {v for v in VERBS if may(docs, Access(v, *status, None, "prod"))} == {"patch"}
 
 
 def test_by_default_the_operator_acts_only_in_the_release_namespace(chart: Chart) -> None:
     docs = chart.render({})
     assert granted(docs, NAMESPACE) == OPERATOR_IN_A_WATCHED_NAMESPACE
     assert granted(docs, "team-a") == {}
-    assert {b["roleRef"]["name"] for b in named(docs, "ClusterRoleBinding")} == {"groupops-discovery"}
+    assert {b["roleRef"]["name"] for b in named(docs, "ClusterRoleBinding")} == {
+        "groupops-discovery",
+        "groupops-clusters",
+    }
     assert granted(docs, "team-a") == {}
     args = find(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert f"--namespace={NAMESPACE}" in args

@@ -206,16 +206,20 @@ class OperatorProcess:
 
 
 def install_crd(kubectl: Kubectl) -> None:
-    kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
+    """Both CRDs of crds/ (ConsumerGroupPolicy and ConsumerGroupCluster), established."""
+    kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(CRD.parent))
 
     def established() -> bool:
         # Polled rather than `kubectl wait`, which fails outright while the new CRD has no
         # status.conditions yet (seen on a loaded machine).
-        crd = kubectl.get_json("crd", "consumergrouppolicies.groupops.dev", "default")
-        conditions = ((crd or {}).get("status") or {}).get("conditions") or []
-        return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+        for name in ("consumergrouppolicies.groupops.dev", "consumergroupclusters.groupops.dev"):
+            crd = kubectl.get_json("crd", name, "default")
+            conditions = ((crd or {}).get("status") or {}).get("conditions") or []
+            if not any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
+                return False
+        return True
 
-    wait_for("the ConsumerGroupPolicy CRD to be established", established, timeout=60, interval=0.2)
+    wait_for("the groupops CRDs to be established", established, timeout=60, interval=0.2)
 
 
 def create_namespace(kubectl: Kubectl, name: str) -> None:

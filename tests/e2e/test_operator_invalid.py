@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.e2e.operator_support import (
     Kubectl,
@@ -143,6 +144,30 @@ REJECTED = [
         id="cel-zones-need-rack-aware",
     ),
     pytest.param(
+        variant("both-kafka", kafka={"bootstrapServers": "127.0.0.1:9092", "clusterRef": {"name": "prod"}}),
+        "spec.kafka.bootstrapServers",
+        id="cel-brokers-xor-cluster",
+    ),
+    pytest.param(
+        variant("foreign-capacity", consumers={"replicas": 2, "capacity": {"byIdentity": {"payments-0": 2}}}),
+        "spec.consumers.capacity.byIdentity",
+        id="cel-capacity-names-identities",
+    ),
+    pytest.param(
+        variant(
+            "capacity-unlisted-zone",
+            strategy={"rackAware": True},
+            consumers={"replicas": 2, "zones": ["a"], "capacity": {"byZone": {"b": 2}}},
+        ),
+        "spec.consumers.capacity.byZone",
+        id="cel-capacity-zones-listed",
+    ),
+    pytest.param(
+        variant("zero-capacity", consumers={"replicas": 2, "capacity": {"default": 0}}),
+        "spec.consumers.capacity.default",
+        id="capacity-positive",
+    ),
+    pytest.param(
         variant("x" * 51),
         "metadata.name",
         id="cel-name-length",
@@ -175,6 +200,42 @@ def events_of(kubectl: Kubectl, namespace: str, name: str) -> list[str]:
 
 
 @pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        pytest.param({}, "spec.bootstrapServers", id="missing-brokers"),
+        pytest.param(
+            {"bootstrapServers": "k:9092", "disruptionBudget": {"maxHandoffsInFlight": 0}},
+            "spec.disruptionBudget.maxHandoffsInFlight",
+            id="budget-min",
+        ),
+        pytest.param(
+            {"bootstrapServers": "k:9092", "allowedNamespaces": ["Team_A"]},
+            "spec.allowedNamespaces[0]",
+            id="namespace-pattern",
+        ),
+        pytest.param(
+            {"bootstrapServers": "k:9092", "operatorAuthSecretRef": {"name": "s"}},
+            "spec.operatorAuthSecretRef.namespace",
+            id="secret-needs-namespace",
+        ),
+    ],
+)
+def test_api_server_rejects_a_bad_cluster_naming_the_field(
+    kubectl: Kubectl, spec: dict[str, Any], field: str
+) -> None:
+    manifest = {
+        "apiVersion": "groupops.dev/v1alpha1",
+        "kind": "ConsumerGroupCluster",
+        "metadata": {"name": "refused-cluster"},
+        "spec": spec,
+    }
+    result = kubectl.run("apply", "-f", "-", stdin=yaml.safe_dump(manifest), check=False)
+    assert result.returncode != 0, f"accepted: {manifest}"
+    assert field in result.stderr, result.stderr
+    assert kubectl.get_json("cgc", "refused-cluster", "default") is None
+
+
+@pytest.mark.parametrize(
     ("manifest", "kind", "reason", "in_message"),
     [
         pytest.param(
@@ -200,6 +261,13 @@ def events_of(kubectl: Kubectl, namespace: str, name: str) -> list[str]:
             "AuthSecretMissing",
             "nope",
             id="auth-secret-missing",
+        ),
+        pytest.param(
+            variant("no-cluster", kafka={"clusterRef": {"name": "no-such-cluster"}}),
+            "Ready",
+            "ClusterNotFound",
+            "no-such-cluster",
+            id="cluster-not-found",
         ),
         pytest.param(
             variant(

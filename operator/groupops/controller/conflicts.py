@@ -104,6 +104,10 @@ _NEVER = datetime.max.replace(tzinfo=UTC)
 # -- the rule (pure) -----------------------------------------------------------------------------
 
 
+CLUSTER_TOKEN = "consumergroupcluster/"
+"""What a policy with a clusterRef claims instead of servers: the cluster's name."""
+
+
 def normalise_server(server: str) -> str | None:
     """`host:port` as the rule compares it (None: nothing written). `PLAINTEXT://Kafka-1.` ->
     `kafka-1:9092`; `[::1]` -> `[::1]:9092`. A host with several colons and no brackets is an
@@ -164,7 +168,13 @@ def claim_of(body: Mapping[str, Any]) -> Claim | None:
     meta = body.get("metadata") or {}
     spec = body.get("spec") or {}
     group_id = spec.get("groupId")
-    servers = normalise_servers(str((spec.get("kafka") or {}).get("bootstrapServers") or ""))
+    kafka = spec.get("kafka") or {}
+    cluster = (kafka.get("clusterRef") or {}).get("name")
+    servers = (
+        frozenset({f"{CLUSTER_TOKEN}{cluster}"})  # one ConsumerGroupCluster: one Kafka cluster (§15)
+        if isinstance(cluster, str) and cluster
+        else normalise_servers(str(kafka.get("bootstrapServers") or ""))
+    )
     if spec.get("dryRun") is True or not isinstance(group_id, str) or not group_id or not servers:
         return None
     return Claim(

@@ -32,6 +32,7 @@ from groupops.planner.damping import DampingMemory
 from groupops.planner.handoff import LeaseClock
 
 if TYPE_CHECKING:  # conflicts.py reports through report.py, which imports this module
+    from groupops.controller.clusters import ClusterBook
     from groupops.controller.conflicts import PolicyClaims
 
 __all__ = [
@@ -116,6 +117,9 @@ class Deps:
     claims: PolicyClaims | None = None
     """Every watched policy's claim on a consumer group (`conflicts`, docs/design.md §6.4); None:
     no conflict check (tools, unit tests of one policy)."""
+    clusters: ClusterBook | None = None
+    """Every ConsumerGroupCluster, its disruption budget and fleet figures (`clusters`,
+    docs/design.md §15); None: a policy naming a cluster is refused (tools, unit tests)."""
 
     @property
     def reader(self) -> Reader:

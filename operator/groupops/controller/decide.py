@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from groupops.controller.clusters import badness_of
 from groupops.controller.context import RunContext, iso
 from groupops.controller.identities import IdentityView
 from groupops.controller.publish import moves_between, normalized
@@ -82,7 +83,9 @@ class Decision:
     approved: bool = False
     approved_id: str | None = None
     approval_note: str | None = None  # why spec.rebalance.approvedProposal approved nothing
-    waiting: str | None = None  # "DryRun" / "AwaitingApproval" / None
+    waiting: str | None = None  # "DryRun" / "AwaitingApproval" / "WaitingForBudget" / None
+    budget_note: str | None = None  # why the disruption budget held the rebalance
+    budget_granted: bool = False  # the budget granted it (and counted its moves)
     published: bool = False
 
 
@@ -160,9 +163,36 @@ def decide(  # noqa: PLR0917 - one call site, the reconcile's named steps
         decision = _manual(run, spec, keep, entries, base_epoch=previous.epoch)
     else:
         decision = keep
+    if damped is not None and damped.trigger is not None and decision.target is not None and moves > 0:
+        decision = _within_budget(run, spec, decision)
     if damped is not None:
         _remember(run, spec, damped, published=decision.target is not None)
     return decision
+
+
+# -- the cluster's disruption budget (planner/budget.py, controller/clusters.py) ------------------
+
+
+def _within_budget(run: RunContext, spec: PolicySpec, decision: Decision) -> Decision:
+    """A rebalance the policy chose (a damped trigger) runs only when its cluster's disruption
+    budget allows it; held, it waits as a proposal does (its trigger stays for the next run) and
+    status says why (PlanApplied=False, WaitingForBudget)."""
+    clusters, cluster = run.deps.clusters, spec.kafka.cluster_ref
+    if clusters is None or cluster is None:
+        return decision
+    goal = spec.target_time_lag_seconds
+    time_lag = run.status.get("timeLagSeconds")
+    badness = badness_of(
+        decision.imbalance, float(time_lag) if isinstance(time_lag, (int, float)) else None, goal
+    )
+    verdict = clusters.request(
+        cluster, (run.policy.namespace, run.policy.name), moves=decision.moves, badness=badness
+    )
+    if verdict.granted:
+        return replace(decision, budget_granted=True)
+    run.deps.metrics.budget_holds.labels(cluster).inc()
+    run.log.info("%s held by the disruption budget of %s: %s", decision.trigger, cluster, verdict.reason)
+    return replace(decision, target=None, waiting="WaitingForBudget", budget_note=verdict.reason)
 
 
 # -- damping (planner/damping.py) ---------------------------------------------------------------
@@ -243,10 +273,18 @@ def _damp(
         seconds_since_rebalance=since,
         now=run.now.timestamp(),
         settings=settings,
+        over_goal=_over_goal(run, spec),
     )
     if damped.trigger is None and damped.candidate is not None and damped.verdict is not None:
         run.log.debug("%s", damped.verdict.describe(damped.candidate, settings, since))
     return damped
+
+
+def _over_goal(run: RunContext, spec: PolicySpec) -> bool:
+    """The group's time lag, as the last run reported it (status.timeLagSeconds: the reader's
+    windows, design §4.1), is above spec.targetTimeLagSeconds."""
+    goal, time_lag = spec.target_time_lag_seconds, run.status.get("timeLagSeconds")
+    return goal is not None and isinstance(time_lag, (int, float)) and time_lag > goal
 
 
 def _remember(run: RunContext, spec: PolicySpec, damped: Damped, *, published: bool) -> None:

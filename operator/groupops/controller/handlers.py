@@ -245,6 +245,8 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
                 log.warning("%s/%s deleted; removing what it owned failed: %s", namespace, name, e)
                 return
         deps.metrics.forget(namespace, name)
+        if deps.clusters is not None:
+            deps.clusters.forget(key)
         log.info("%s/%s deleted with %d owned objects", namespace, name, deleted)
 
     def on_lease(event_type: str, body: dict[str, Any]) -> None:
@@ -267,6 +269,7 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
 
     lease_listeners: list[Listener] = []
     claim_listeners: list[WakeListener] = []
+    cluster_listeners: list[WakeListener] = []
 
     def wake(keys: frozenset[PolicyKey]) -> None:
         """Wake the loops of these policies (in kopf's loop, as the loops and their Wakeup)."""
@@ -287,6 +290,19 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
 
         deps.claims.add_listener(from_watch_thread)
         claim_listeners.append(from_watch_thread)
+
+    @kopf.on.startup(registry=registry)
+    async def follow_clusters(**_: Any) -> None:
+        if deps.clusters is None:
+            return
+        loop = asyncio.get_running_loop()
+
+        def from_watch_thread(keys: frozenset[PolicyKey]) -> None:
+            with contextlib.suppress(RuntimeError):  # kopf's loop is closed: the operator stops
+                loop.call_soon_threadsafe(wake, keys)
+
+        deps.clusters.add_listener(from_watch_thread)
+        cluster_listeners.append(from_watch_thread)
 
     @kopf.on.startup(registry=registry)
     async def follow_leases(**_: Any) -> None:
@@ -312,6 +328,10 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
             for claim_listener in claim_listeners:
                 deps.claims.remove_listener(claim_listener)
         claim_listeners.clear()
+        if deps.clusters is not None:
+            for cluster_listener in cluster_listeners:
+                deps.clusters.remove_listener(cluster_listener)
+        cluster_listeners.clear()
         entries = list(loops.values())
         loops.clear()
         await asyncio.gather(*(stop(entry) for entry in entries))

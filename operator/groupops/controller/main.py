@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import kopf
 
 from groupops.controller.cache import Caches, start_caches
+from groupops.controller.clusters import ClusterBook
 from groupops.controller.conflicts import start_policy_claims
 from groupops.controller.events import EventSink
 from groupops.controller.handlers import build_registry
@@ -65,6 +66,8 @@ def run_operator(settings: Settings, *, verbose: bool = False) -> None:
     history = None if settings.history_topic is None else OffsetHistory(settings.history_topic)
     caches = start_caches(client, settings, metrics)  # the reconciles' reads, from watches
     claims = start_policy_claims(client, settings, metrics)  # conflicts between policies (design §6.4)
+    clusters = ClusterBook(client, metrics=metrics, stale_after=3 * settings.reconcile.tick_seconds + 5)
+    clusters.start()  # ConsumerGroupClusters and their budgets (design §15)
     sightings = LeaseSightings()  # from now on, standing by or not (docs/design.md §8.1)
     caches.leases.add_listener(sightings.note)
     for lease in caches.leases.list(None):
@@ -86,6 +89,7 @@ def run_operator(settings: Settings, *, verbose: bool = False) -> None:
         elector.start_renewing(_exit_on_lost_leadership)
     else:
         metrics.leader.set(1)  # the only operator runs the reconciles (the no-leader alert's view)
+    clusters.start_reporting()  # the fleet's status, written by the leader only
     # Lag reads mostly wait on a source; more of them in flight make bigger ListOffsets rounds (§8.4).
     lag_pool = ThreadPoolExecutor(max_workers=4 * settings.reconcile.workers, thread_name_prefix="lag")
     kafka_readers = KafkaClusterReaders(metrics)  # one AdminClient per connection (docs/design.md §8.4)
@@ -102,6 +106,7 @@ def run_operator(settings: Settings, *, verbose: bool = False) -> None:
         heartbeats=None if heartbeats is None else heartbeats[0],
         kafka_readers=kafka_readers,
         claims=claims,
+        clusters=clusters,
     )
     try:
         kopf.run(
@@ -114,6 +119,7 @@ def run_operator(settings: Settings, *, verbose: bool = False) -> None:
     finally:
         lag_pool.shutdown(wait=False, cancel_futures=True)
         kafka_readers.close()
+        clusters.stop()
         if heartbeats is not None:
             heartbeats[1].stop()
         if elector is not None:

@@ -176,6 +176,25 @@ class Metrics:
             labels,
             registry=self.registry,
         )
+        self.cluster_handoffs_in_flight = Gauge(
+            "groupops_cluster_handoffs_in_flight",
+            "Policies of a ConsumerGroupCluster with partitions moving between replicas (what its "
+            "disruptionBudget.maxHandoffsInFlight limits).",
+            ("cluster",),
+            registry=self.registry,
+        )
+        self.cluster_waiting_for_budget = Gauge(
+            "groupops_cluster_waiting_for_budget",
+            "Policies of a ConsumerGroupCluster whose chosen rebalance waits for its disruption budget.",
+            ("cluster",),
+            registry=self.registry,
+        )
+        self.budget_holds = Counter(
+            "groupops_budget_holds",
+            "Runs whose chosen rebalance the cluster's disruption budget held back.",
+            ("cluster",),
+            registry=self.registry,
+        )
         self.fences = Counter(
             "groupops_fences",
             "Identities fenced by the operator: successful fence writes on a Lease that expired "
@@ -253,6 +272,10 @@ class Metrics:
     def record_partition_states(self, namespace: str, policy: str, counts: Mapping[str, int] | None) -> None:
         """Set the partitions per state (None: unknown, the policy's series are dropped)."""
         self._replace_series(self.partition_status, namespace, policy, counts or {})
+
+    def record_cluster(self, cluster: str, *, in_flight: int, waiting: int) -> None:
+        self.cluster_handoffs_in_flight.labels(cluster).set(in_flight)
+        self.cluster_waiting_for_budget.labels(cluster).set(waiting)
 
     def record_lag_source(self, namespace: str, policy: str, source: str, *, up: bool) -> None:
         """Set the policy's `lag_source_up` for `source`, dropping the series of a source type the

@@ -34,6 +34,7 @@ from typing import Any
 
 from groupops.controller import offset_reset, render_pods, render_rbac
 from groupops.controller.apply import apply
+from groupops.controller.clusters import ClusterRefusal
 from groupops.controller.conflicts import stand_down_if_later
 from groupops.controller.context import (
     Deps,
@@ -124,6 +125,7 @@ def _reconcile(run: RunContext) -> ReconcileResult:
         spec = parse_policy(run.body.get("spec"))
     except SpecError as e:
         fail(run, "InvalidSpec", str(e), transient=False)
+    spec = _resolve_cluster(run, spec)
     refusals = [
         *check_pod_template(spec.consumers.template, run.deps.settings.guard),
         *check_kafka_properties(spec.kafka.properties, run.deps.settings.guard),
@@ -242,6 +244,8 @@ def _reconcile(run: RunContext) -> ReconcileResult:
             )
             fence.silent_heartbeat_holders(view, previous)
         now_plan = _publish(run, decision, result, configmap, observed)
+        counted = now_plan.epoch == previous.epoch or decision.budget_granted  # the budget counted a grant's
+        _note_fleet(run, spec, now_plan, 0 if counted else decision.moves)
         _record_plan_progress(run, spec, now_plan, leases_by_identity, fenced=fence.fenced)
         if run.deps.heartbeats is not None:
             run.deps.heartbeats.note_published(run.policy.namespace, run.policy.name, now_plan.epoch)
@@ -281,6 +285,36 @@ def _reconcile(run: RunContext) -> ReconcileResult:
 
 
 # -- steps ---------------------------------------------------------------------------------------
+
+
+def _resolve_cluster(run: RunContext, spec: PolicySpec) -> PolicySpec:
+    """spec.kafka.clusterRef resolved from the ConsumerGroupCluster (design §15); a policy with
+    inline brokers leaves any cluster it named before."""
+    clusters = run.deps.clusters
+    key = (run.policy.namespace, run.policy.name)
+    if clusters is None:
+        if spec.kafka.cluster_ref is not None:
+            fail(
+                run,
+                "ClusterNotFound",
+                "this operator runs without ConsumerGroupClusters (spec.kafka.clusterRef)",
+                transient=False,
+            )
+        return spec
+    try:
+        return clusters.resolve(key, spec)
+    except ClusterRefusal as refusal:
+        fail(run, refusal.reason, refusal.message, transient=refusal.transient)
+
+
+def _note_fleet(run: RunContext, spec: PolicySpec, plan: PublishedPlan, moves: int) -> None:
+    """Tell the policy's cluster whether its handoff is still in flight and what it moved."""
+    clusters, cluster = run.deps.clusters, spec.kafka.cluster_ref
+    if clusters is None or cluster is None:
+        return
+    clusters.note_plan(
+        cluster, (run.policy.namespace, run.policy.name), in_flight=bool(plan.releasing), moves=moves
+    )
 
 
 def _in_progress(plan: PublishedPlan, view: IdentityView, replicas: int) -> str | None:
@@ -385,16 +419,24 @@ class _OffsetReset:
 
 
 def _auth_config(run: RunContext, spec: PolicySpec) -> dict[str, str]:
-    """The librdkafka properties of the auth Secret (for the operator's own lag reads)."""
-    if not spec.kafka.auth_secret:
+    """The librdkafka properties of the operator's own reads (lag, offsets, group descriptions):
+    the policy's ConsumerGroupCluster's operatorAuthSecretRef when it names one (design §15),
+    else the policy's auth Secret."""
+    if spec.kafka.operator_auth is not None:
+        namespace, name = spec.kafka.operator_auth
+        field = f"spec.operatorAuthSecretRef of ConsumerGroupCluster {spec.kafka.cluster_ref}"
+    elif spec.kafka.auth_secret:
+        namespace, name = run.policy.namespace, spec.kafka.auth_secret
+        field = "spec.kafka.authSecretRef.name"
+    else:
         return {}
     try:
-        secret = run.deps.reader.get("v1", "Secret", run.policy.namespace, spec.kafka.auth_secret)
+        secret = run.deps.reader.get("v1", "Secret", namespace, name)
     except Forbidden as e:
         fail(
             run,
             "AuthSecretForbidden",
-            f"the operator may not read Secret {spec.kafka.auth_secret!r} (spec.kafka.authSecretRef.name): "
+            f"the operator may not read Secret {name!r} ({field}): "
             f"list it in the chart's kafkaAuthSecrets ({e})",
             transient=False,
         )
@@ -402,15 +444,12 @@ def _auth_config(run: RunContext, spec: PolicySpec) -> dict[str, str]:
         fail(
             run,
             "AuthSecretMissing",
-            f"Secret {spec.kafka.auth_secret!r} (spec.kafka.authSecretRef.name) not found in namespace "
-            f"{run.policy.namespace!r}",
+            f"Secret {name!r} ({field}) not found in namespace {namespace!r}",
             transient=True,
         )
     data = secret.get("data") or {}
     config = {key: base64.b64decode(value).decode("utf-8", "replace") for key, value in data.items()}
-    refusals = check_kafka_properties(
-        config, run.deps.settings.guard, where=f"Secret {spec.kafka.auth_secret}"
-    )
+    refusals = check_kafka_properties(config, run.deps.settings.guard, where=f"Secret {name}")
     if refusals:
         fail(run, "Refused", str(GuardError(refusals)), transient=False)
     return config

@@ -126,6 +126,8 @@ def write_status(
             {
                 "DryRun": "dry run: nothing is applied",
                 "AwaitingApproval": awaiting_approval_message(decision.proposal, decision.approval_note),
+                "WaitingForBudget": f"a {decision.trigger} rebalance of {decision.moves} moves waits for the "
+                f"disruption budget of ConsumerGroupCluster {spec.kafka.cluster_ref}: {decision.budget_note}",
             }.get(waiting or "", f"consumers follow epoch {epoch}"),
         )
         if broker is None or waiting is not None
@@ -172,6 +174,10 @@ def write_status(
     if broker is not None and broker.matches is not None:
         metrics.broker_matches.labels(run.policy.namespace, run.policy.name).set(int(broker.matches))
     announce_transitions(run, merged)
+    if run.deps.clusters is not None and spec.kafka.cluster_ref is not None:
+        run.deps.clusters.note_figures(
+            (run.policy.namespace, run.policy.name), group_id=spec.group_id, status=desired
+        )
     return patch_status(run, desired)
 
 

@@ -14,7 +14,7 @@ How, in the style of the `groupops assign` contract (contract.py, docs/design.md
    Free-form as in the schema: `kafka.properties` (any key, string values) and the pod
    template's `spec` (a PodSpec, judged by the API server when the pods are created); also each
    lag source's settings object but `static`, as the source parses its own (lag/<type>.py).
-2. msgspec's first error becomes a SpecError (`_spec_error`): its path,
+2. msgspec's first error becomes a SpecError (`spec_error_from`): its path,
    `$.consumers.priorities[...]`, is followed through the spec and the structs' declared types
    at once, giving `spec.consumers.priorities.orders-7` (msgspec does not name a dict's keys),
    and the message is said from the declared type: `expected an integer in [0, 1000000], got -1`.
@@ -81,6 +81,7 @@ __all__ = [
     "StrategySpec",
     "parse_duration",
     "parse_policy",
+    "spec_error_from",
 ]
 
 _LIBRDKAFKA_SESSION_TIMEOUT_MS = 45_000
@@ -101,11 +102,16 @@ class SpecError(ValueError):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class KafkaSpec:
     """How consumers and the lag source reach Kafka. `auth_secret` names a Secret in the policy's
-    namespace whose keys are librdkafka properties (sasl.username, ssl.ca.pem, ...)."""
+    namespace whose keys are librdkafka properties (sasl.username, ssl.ca.pem, ...).
+    `cluster_ref` names a ConsumerGroupCluster: `bootstrap_servers` is then empty until the
+    reconcile resolves it (`controller.clusters.resolve`), which also sets `operator_auth`, the
+    cluster's (namespace, name) Secret for the operator's own reads."""
 
     bootstrap_servers: str
     auth_secret: str | None = None
     properties: Mapping[str, str] = field(default_factory=dict)
+    cluster_ref: str | None = None
+    operator_auth: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -239,7 +245,7 @@ def parse_policy(spec: Any) -> PolicySpec:
     try:
         doc = msgspec.convert(spec, PolicyDoc)
     except msgspec.ValidationError as e:
-        raise _spec_error(str(e), spec) from e
+        raise spec_error_from(str(e), spec) from e
     topics = _topics(doc.topics)
     kafka = _kafka(doc.kafka)
     strategy = StrategySpec(
@@ -289,8 +295,11 @@ def _kafka(doc: KafkaDoc) -> KafkaSpec:
             raise SpecError(
                 f"spec.kafka.properties.{key}", "secrets belong in the authSecretRef Secret, not the spec"
             )
+    if (doc.bootstrap_servers is None) == (doc.cluster_ref is None):
+        raise SpecError("spec.kafka.bootstrapServers", "set exactly one of bootstrapServers and clusterRef")
     return KafkaSpec(
-        bootstrap_servers=doc.bootstrap_servers,
+        bootstrap_servers=doc.bootstrap_servers or "",
+        cluster_ref=doc.cluster_ref.name if doc.cluster_ref else None,
         auth_secret=doc.auth_secret_ref.name if doc.auth_secret_ref else None,
         properties=doc.properties,
     )
@@ -478,11 +487,12 @@ _SHOWN_AT_MOST: Final = 80
 _NOT_SHOWN_UNDER: Final = "spec.kafka.properties"
 
 
-def _spec_error(text: str, spec: Any) -> SpecError:
+def spec_error_from(text: str, spec: Any, root: type = PolicyDoc) -> SpecError:
     """msgspec's first error ("Expected `int` <= 1000 - at `$.consumers.replicas`") as a
-    SpecError on the resource path (`spec.consumers.replicas`), in our words."""
+    SpecError on the resource path (`spec.consumers.replicas`), in our words. `root`: the struct
+    `spec` was converted to (a policy's, or a cluster's: `cluster_spec`)."""
     message, path = split_validation_message(text)
-    where, declared, value = _locate(path, spec)
+    where, declared, value = _locate(path, spec, root)
     if message.startswith("Object missing required field `"):
         return SpecError(f"{where}.{message.split('`')[1]}", "required")
     if message.startswith("Object contains unknown field `"):
@@ -491,12 +501,12 @@ def _spec_error(text: str, spec: Any) -> SpecError:
     return SpecError(where, _our_words(message, declared, f", got {_shown(value)}" if shown else ""))
 
 
-def _locate(path: str, spec: Any) -> tuple[str, Any, Any]:
+def _locate(path: str, spec: Any, root: type) -> tuple[str, Any, Any]:
     """Follow msgspec's path (`.consumers.priorities[...]`) through the spec and the declared
     types together: the resource path, with the key of a dict's entry where msgspec writes
     `[...]` (the first entry that does not convert: msgspec stops at the first error, in the
     same order), the declared type there, and the value there (_ABSENT where there is none)."""
-    where, declared, value = "spec", PolicyDoc, spec
+    where, declared, value = "spec", root, spec
     for name, index in _STEP.findall(path):
         container, _ = _unwrap(declared)
         if name:

@@ -36,7 +36,9 @@ __all__ = [
     "PROPOSAL_ID",
     "AutoscaleDoc",
     "BehaviorDoc",
+    "BootstrapServers",
     "CapacityDoc",
+    "ClusterRefDoc",
     "ConsumersDoc",
     "KafkaDoc",
     "LagSourceDoc",
@@ -117,16 +119,24 @@ class SecretRefDoc(_Doc, frozen=True):
     name: Annotated[str, Meta(min_length=1, max_length=253)]
 
 
+BootstrapServers = Annotated[
+    str,
+    Meta(
+        min_length=1,
+        max_length=2048,
+        pattern=r"^[^\s,]+(,[^\s,]+)*$",
+        description="a comma-separated list of host:port, without spaces",
+    ),
+]
+
+
+class ClusterRefDoc(_Doc, frozen=True):
+    name: Annotated[str, Meta(min_length=1, max_length=253)]
+
+
 class KafkaDoc(_Doc, frozen=True):
-    bootstrap_servers: Annotated[
-        str,
-        Meta(
-            min_length=1,
-            max_length=2048,
-            pattern=r"^[^\s,]+(,[^\s,]+)*$",
-            description="a comma-separated list of host:port, without spaces",
-        ),
-    ]
+    bootstrap_servers: BootstrapServers | None = None
+    cluster_ref: ClusterRefDoc | None = None
     auth_secret_ref: SecretRefDoc | None = None
     properties: Annotated[dict[str, Annotated[str, Meta(max_length=4096)]], Meta(max_length=64)] = {}
 

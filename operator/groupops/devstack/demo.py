@@ -240,17 +240,17 @@ def _established(crd: Mapping[str, Any] | None) -> bool:
 
 
 def _set_up(demo: Demo, lag: PolicyInfo, failover: PolicyInfo) -> SteadyWriter:
-    demo.steps.begin("installing the ConsumerGroupPolicy CRD with kubectl")
-    demo.kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
+    demo.steps.begin("installing the ConsumerGroupPolicy and ConsumerGroupCluster CRDs with kubectl")
+    demo.kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(CRD.parent))
     # Polled here, not with `kubectl wait --for=condition=Established`: that fails at once
     # (".status.conditions accessor error") when it reads the CRD before the API server has
     # written its first condition.
     deadline = time.monotonic() + 60
-    crd_name = "consumergrouppolicies.groupops.dev"
-    while not _established(demo.api.get("CustomResourceDefinition", None, crd_name)):
-        if time.monotonic() > deadline:
-            raise DemoError("the ConsumerGroupPolicy CRD was not Established within 60 s")
-        time.sleep(0.1)
+    for crd_name in ("consumergrouppolicies.groupops.dev", "consumergroupclusters.groupops.dev"):
+        while not _established(demo.api.get("CustomResourceDefinition", None, crd_name)):
+            if time.monotonic() > deadline:
+                raise DemoError(f"the CRD {crd_name} was not Established within 60 s")
+            time.sleep(0.1)
     demo.steps.begin(f"creating the namespace {demo.namespace}")
     try:
         demo.api.create("Namespace", None, {"metadata": {"name": demo.namespace}})

@@ -26,6 +26,7 @@ _PATHS = {
     "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
     "Lease": "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases",
     "ConsumerGroupPolicy": "/apis/groupops.dev/v1alpha1/namespaces/{ns}/consumergrouppolicies",
+    "ConsumerGroupCluster": "/apis/groupops.dev/v1alpha1/consumergroupclusters",
     "Event": "/api/v1/namespaces/{ns}/events",
     "CustomResourceDefinition": "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
 }

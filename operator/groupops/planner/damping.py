@@ -16,8 +16,9 @@ change) waits for the cooldown only. The lag-driven triggers, `ImbalanceExceeded
    imbalance (max member lag over its lower bound) is above `imbalance_threshold` and the trigger
    is armed. A lag-driven plan published with its imbalance still above `rearm_below` (threshold
    x (1 - min_improvement), at least 1.0) disarms it until the published plan's imbalance is back
-   at or below that (`rearmed`). Else `Interval`, a re-evaluation period: due once
-   `interval_seconds` have passed since the last published plan and since the last evaluation.
+   at or below that (`rearmed`). Else `TimeLagAboveGoal` while the group is further behind than
+   its time-lag goal. Else `Interval`, a re-evaluation period: due once `interval_seconds` have
+   passed since the last published plan and since the last evaluation.
 2. *The cooldown* (`judge`): at least `cooldown_seconds` since the last published plan
    (status.lastRebalance; unknown counts as long ago).
 3. *Enough improvement* (`judge`): the new plan's max member lag is below the published plan's,
@@ -75,7 +76,7 @@ __all__ = [
     "stabilize",
 ]
 
-LAG_DRIVEN = frozenset({Trigger.IMBALANCE, Trigger.INTERVAL})
+LAG_DRIVEN = frozenset({Trigger.IMBALANCE, Trigger.TIME_LAG_ABOVE_GOAL, Trigger.INTERVAL})
 """Triggers whose plan only lowers lag: damped by all three rules."""
 
 COOLDOWN_ONLY = frozenset({Trigger.COUNTS_UNEVEN})
@@ -138,11 +139,16 @@ def lag_trigger(
     settings: DampingSettings,
     seconds_since_rebalance: float | None,
     seconds_since_evaluation: float | None,
+    over_goal: bool = False,
 ) -> Trigger | None:
-    """Rule 1: `ImbalanceExceeded` (armed and above the threshold), else `Interval` when the
-    re-evaluation period is due, else None. None for the times means never (long ago)."""
+    """Rule 1: `ImbalanceExceeded` (armed and above the threshold), else `TimeLagAboveGoal` (the
+    group's time lag is above spec.targetTimeLagSeconds: a better plan is worth the cooldown and
+    the improvement rules whatever the imbalance), else `Interval` when the re-evaluation period
+    is due, else None. None for the times means never (long ago)."""
     if armed and imbalance > settings.imbalance_threshold:
         return Trigger.IMBALANCE
+    if over_goal:
+        return Trigger.TIME_LAG_ABOVE_GOAL
     period = settings.interval_seconds
     if _at_least(seconds_since_rebalance, period) and _at_least(seconds_since_evaluation, period):
         return Trigger.INTERVAL
@@ -224,6 +230,7 @@ def damp(
     seconds_since_rebalance: float | None,
     now: float,
     settings: DampingSettings,
+    over_goal: bool = False,
 ) -> Damped:
     """The damped triggers of one run, called only when no correctness trigger fired. `before`:
     the published plan under the lag just read; `after`: the new target; `counts_nearer`: the
@@ -242,6 +249,7 @@ def damp(
             settings=settings,
             seconds_since_rebalance=seconds_since_rebalance,
             seconds_since_evaluation=None if base.evaluated_at is None else now - base.evaluated_at,
+            over_goal=over_goal,
         )
     )
     if candidate is None:

@@ -199,8 +199,8 @@ def scale_down_order(ordinals: Iterable[int], replicas: int) -> list[int]:
 
 class Trigger(enum.Enum):
     """Why a planning round publishes a new plan (the reason of the rebalance Event). The first
-    four keep the plan correct and are never damped (`rebalance_trigger`); the last three are
-    judged by `planner.damping` (a cooldown, and for the lag-driven two an improvement)."""
+    four keep the plan correct and are never damped (`rebalance_trigger`); the others are
+    judged by `planner.damping` (a cooldown, and for the lag-driven three an improvement)."""
 
     INITIAL = "Initial"
     SPEC_CHANGED = "SpecChanged"
@@ -209,6 +209,7 @@ class Trigger(enum.Enum):
     COUNTS_UNEVEN = "CountsUneven"
     IMBALANCE = "ImbalanceExceeded"
     INTERVAL = "Interval"
+    TIME_LAG_ABOVE_GOAL = "TimeLagAboveGoal"
 
 
 def rebalance_trigger(

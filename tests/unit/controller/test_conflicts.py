@@ -40,6 +40,7 @@ def body(
     created: str | None = T0,
     group: str = "g",
     servers: str = "kafka:9092",
+    cluster: str | None = None,
     dry_run: bool = False,
 ) -> dict[str, Any]:
     """A policy object as the API server hands it out (only what the rule reads, and a spec the
@@ -52,7 +53,7 @@ def body(
         "kind": "ConsumerGroupPolicy",
         "metadata": meta,
         "spec": {
-            "kafka": {"bootstrapServers": servers},
+            "kafka": {"bootstrapServers": servers} if cluster is None else {"clusterRef": {"name": cluster}},
             "groupId": group,
             "topics": ["t"],
             "strategy": {"type": "lag"},
@@ -140,6 +141,9 @@ def test_a_bootstrap_list_is_a_set_of_normal_servers() -> None:
             id="one-shared-server-is-one-cluster",
         ),
         pytest.param(
+            {"name": "a", "cluster": "prod"}, {"name": "b", "cluster": "prod"}, id="one-consumergroupcluster"
+        ),
+        pytest.param(
             {"name": "a", "created": "2025-01-01T11:00:00+01:00"},
             {"name": "b", "created": "2025-01-01T10:00:01Z"},
             id="times-compared-as-times",
@@ -160,6 +164,7 @@ def test_the_later_claim_stands_down_for_the_first(first: dict[str, Any], later:
         pytest.param({"name": "b", "group": "G"}, id="group-ids-are-case-sensitive"),
         pytest.param({"name": "b", "servers": "kafka:9093"}, id="another-port"),
         pytest.param({"name": "b", "servers": "other-kafka:9092"}, id="another-cluster"),
+        pytest.param({"name": "b", "cluster": "staging"}, id="another-consumergroupcluster"),
         pytest.param({"name": "a", "namespace": "ns"}, id="itself"),
     ],
 )

@@ -103,6 +103,32 @@ def test_lag_trigger(
     )
 
 
+def test_a_group_behind_its_time_lag_goal_replans_below_the_threshold_when_it_gains_enough() -> None:
+    behind = {"settings": DEFAULTS, "seconds_since_rebalance": 10.0, "seconds_since_evaluation": 10.0}
+    assert lag_trigger(imbalance=1.1, armed=True, over_goal=True, **behind) is Trigger.TIME_LAG_ABOVE_GOAL
+    assert lag_trigger(imbalance=1.5, armed=True, over_goal=True, **behind) is Trigger.IMBALANCE, "first"
+    assert lag_trigger(imbalance=1.1, armed=True, over_goal=False, **behind) is None
+
+    def over_goal(before: float, after: float, since: float) -> Damped:
+        return damp(
+            state=TriggerState(),
+            before=figures(before),
+            after=figures(after),
+            counts_nearer=False,
+            seconds_since_rebalance=since,
+            now=1000.0,
+            settings=DEFAULTS,
+            over_goal=True,
+        )
+
+    assert over_goal(1.15, 1.0, since=600).trigger is Trigger.TIME_LAG_ABOVE_GOAL
+    held = over_goal(1.15, 1.0, since=1)
+    assert held.trigger is None and held.verdict is not None and held.verdict.hold is Hold.COOLDOWN
+    too_little = over_goal(1.15, 1.1, since=600)
+    assert too_little.trigger is None and too_little.verdict is not None
+    assert too_little.verdict.hold is Hold.TOO_LITTLE
+
+
 def test_failover_never_triggers_on_imbalance() -> None:
     failover = DampingSettings(imbalance_threshold=math.inf)
     assert (
@@ -198,7 +224,8 @@ def test_rearm_level(threshold: float, margin: float, rearm_below: float) -> Non
 
 def test_correctness_triggers_are_neither_lag_driven_nor_cooldown_only() -> None:
     assert not (LAG_DRIVEN | COOLDOWN_ONLY) & set(CORRECTNESS)
-    assert {Trigger.IMBALANCE, Trigger.INTERVAL} == LAG_DRIVEN and {Trigger.COUNTS_UNEVEN} == COOLDOWN_ONLY
+    assert {Trigger.IMBALANCE, Trigger.TIME_LAG_ABOVE_GOAL, Trigger.INTERVAL} == LAG_DRIVEN
+    assert {Trigger.COUNTS_UNEVEN} == COOLDOWN_ONLY
 
 
 # -- damp: one run's decision ----------------------------------------------------------------

@@ -1,0 +1,96 @@
+"""A ConsumerGroupCluster's spec, parsed as the policy's is (msgspec structs mirroring
+crds/consumergroupcluster.yaml, then the checks only the operator makes), into `ClusterSpec`.
+
+Stage: controller, pure (no API call). Called by `controller.clusters` for every cluster its
+watch sees; a bad spec becomes the cluster's `Ready=False InvalidSpec` and every policy that
+names it is refused with the same message (docs/design.md §15).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+import msgspec
+from msgspec import Meta, Struct
+
+from groupops.controller.spec import SpecError, spec_error_from
+from groupops.controller.spec_schema import BootstrapServers
+from groupops.planner.budget import BudgetLimits
+
+__all__ = ["ClusterSpec", "parse_cluster"]
+
+_NamespaceName = Annotated[
+    str, Meta(min_length=1, max_length=63, pattern=r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$")
+]
+
+
+class _Doc(Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    """An object the schema closes: unknown fields are refused, as the API server refuses them."""
+
+
+class _NamespacedSecretRefDoc(_Doc, frozen=True):
+    namespace: Annotated[str, Meta(min_length=1, max_length=63)]
+    name: Annotated[str, Meta(min_length=1, max_length=253)]
+
+
+class _DisruptionBudgetDoc(_Doc, frozen=True):
+    max_handoffs_in_flight: Annotated[int, Meta(ge=1, le=10_000)] | None = None
+    max_partitions_moved_per_minute: Annotated[int, Meta(ge=1, le=1_000_000)] | None = None
+
+
+class ClusterDoc(_Doc, frozen=True):
+    bootstrap_servers: BootstrapServers
+    properties: Annotated[dict[str, Annotated[str, Meta(max_length=4096)]], Meta(max_length=64)] = {}
+    operator_auth_secret_ref: _NamespacedSecretRefDoc | None = None
+    allowed_namespaces: Annotated[list[_NamespaceName], Meta(max_length=1000)] | None = None
+    disruption_budget: _DisruptionBudgetDoc | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterSpec:
+    """What policies take from their cluster. `allowed_namespaces` None: every watched namespace."""
+
+    bootstrap_servers: str
+    properties: Mapping[str, str] = field(default_factory=dict)
+    operator_auth: tuple[str, str] | None = None
+    allowed_namespaces: frozenset[str] | None = None
+    budget: BudgetLimits | None = None
+
+    def allows(self, namespace: str) -> bool:
+        allowed = self.allowed_namespaces
+        return allowed is None or "*" in allowed or namespace in allowed
+
+
+def parse_cluster(spec: Any) -> ClusterSpec:
+    """Parse `spec` of a ConsumerGroupCluster; SpecError (naming the field) on the first problem."""
+    if spec is None:
+        raise SpecError("spec", "required")
+    try:
+        doc = msgspec.convert(spec, ClusterDoc)
+    except msgspec.ValidationError as e:
+        raise spec_error_from(str(e), spec, ClusterDoc) from e
+    for key in doc.properties:
+        if "password" in key or key.endswith((".key", ".pem")) or "secret" in key:
+            raise SpecError(
+                f"spec.properties.{key}", "secrets belong in the operatorAuthSecretRef Secret, not the spec"
+            )
+    budget = doc.disruption_budget
+    limits = (
+        None
+        if budget is None
+        or (budget.max_handoffs_in_flight is None and budget.max_partitions_moved_per_minute is None)
+        else BudgetLimits(
+            max_handoffs=budget.max_handoffs_in_flight,
+            max_partitions_per_minute=budget.max_partitions_moved_per_minute,
+        )
+    )
+    auth = doc.operator_auth_secret_ref
+    return ClusterSpec(
+        bootstrap_servers=doc.bootstrap_servers,
+        properties=doc.properties,
+        operator_auth=None if auth is None else (auth.namespace, auth.name),
+        allowed_namespaces=None if doc.allowed_namespaces is None else frozenset(doc.allowed_namespaces),
+        budget=limits,
+    )

@@ -1,0 +1,280 @@
+"""The disruption budget of a ConsumerGroupCluster on the real stack: 20 policies (40 consumer
+processes, the real broker, the real API server, the operator) that all need a rebalance at once
+under `maxHandoffsInFlight: 3` never have more than 3 handoffs in flight (a watch of their plan
+ConfigMaps sees every version), all finish, and the worst-off groups go first.
+
+How "at once" is made exact: the cluster starts with `maxPartitionsMovedPerMinute: 1`; one policy
+(the blocker) rebalances and spends the minute, so the other 19, whose lags then pile their hot
+partitions on one replica each, all wait (status `WaitingForBudget`, the fleet status counts them).
+Lifting the per-minute limit wakes all 19 together with every one of them already queued, so the
+order they start in is the budget's choice alone: worst-off (highest imbalance) first.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from groupops.devstack.kube_api import ApiError, KubeApi
+from groupops.planner.plan_format import plan_from_configmap
+from tests.e2e.consumer_e2e import PolicyStack, StackFactory
+from tests.e2e.operator_support import GROUPOPS
+from tests.e2e.waiting import wait_for
+
+pytestmark = pytest.mark.e2e
+
+POLICIES = 20
+MAX_IN_FLIGHT = 3
+PARTITIONS = 4
+QUIET_LAG = 10
+
+
+def hot_lag(index: int) -> int:
+    """The lag of each of the two hot partitions of policy `index`: higher index, worse off."""
+    return 100 + 40 * index
+
+
+def policy(stack: PolicyStack, cluster: str, index: int, lags: list[int]) -> dict[str, Any]:
+    return {
+        "apiVersion": "groupops.dev/v1alpha1",
+        "kind": "ConsumerGroupPolicy",
+        "metadata": {"name": name_of(index)},
+        "spec": {
+            "kafka": {"clusterRef": {"name": cluster}},
+            "groupId": f"{stack.group_id}-{index}",
+            "topics": [stack.topic],
+            "strategy": {"type": "balanced", "autoOffsetReset": "earliest"},
+            "lagSource": {"type": "static", "static": {"lags": {stack.topic: lags}}},
+            "rebalance": {"interval": "1h", "cooldownSeconds": 0, "minImprovement": 0.1},
+            "consumers": {"replicas": 2},
+        },
+    }
+
+
+def name_of(index: int) -> str:
+    return f"b{index:02d}"
+
+
+class InFlightWatch:
+    """Watches every plan ConfigMap of the namespace; a policy is in flight while its plan has
+    partitions releasing. Keeps the most seen at once and when each policy's handoff started."""
+
+    def __init__(self, api: KubeApi, namespace: str) -> None:
+        self._api, self._namespace = api, namespace
+        self._lock = threading.Lock()
+        self.in_flight: set[str] = set()
+        self.most = 0
+        self.started: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="in-flight-watch", daemon=True)
+
+    def _run(self) -> None:
+        version = None
+        while not self._stop.is_set():
+            try:
+                for kind, obj in self._api.watch(
+                    "ConfigMap", self._namespace, resource_version=version, timeout_s=5
+                ):
+                    version = obj["metadata"].get("resourceVersion", version)
+                    if kind != "BOOKMARK":
+                        self._see(kind, obj)
+            except ApiError:
+                version = None  # expired or broken: list again (ADDED for all)
+
+    def _see(self, kind: str, obj: dict[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        if not name.endswith("-plan"):
+            return
+        policy = name.removesuffix("-plan")
+        releasing = kind != "DELETED" and bool(
+            plan_from_configmap(obj.get("data") or {}, obj["metadata"].get("annotations")).releasing
+        )
+        with self._lock:
+            if releasing and policy not in self.in_flight:
+                self.in_flight.add(policy)
+                self.started.append(policy)
+            elif not releasing:
+                self.in_flight.discard(policy)
+            self.most = max(self.most, len(self.in_flight))
+
+    def start(self) -> InFlightWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+@contextmanager
+def fleet_cluster(api: KubeApi, name: str, bootstrap: str, budget: dict[str, Any]) -> Iterator[None]:
+    api.create(
+        "ConsumerGroupCluster",
+        None,
+        {
+            "apiVersion": "groupops.dev/v1alpha1",
+            "kind": "ConsumerGroupCluster",
+            "metadata": {"name": name},
+            "spec": {"bootstrapServers": bootstrap, "disruptionBudget": budget},
+        },
+    )
+    try:
+        yield
+    finally:
+        api.delete("ConsumerGroupCluster", None, name)
+
+
+def test_twenty_policies_under_a_budget_of_three_never_pass_it_all_finish_and_the_worst_go_first(
+    new_stack: StackFactory, unique_name: Any
+) -> None:
+    with new_stack(partitions=PARTITIONS) as s:
+        cluster = unique_name("fleet")
+        budget = {"maxHandoffsInFlight": MAX_IN_FLIGHT, "maxPartitionsMovedPerMinute": 1}
+        with fleet_cluster(s.api, cluster, s.bootstrap, budget):
+            for index in range(POLICIES):
+                s.api.create(
+                    "ConsumerGroupPolicy", s.namespace, policy(s, cluster, index, [QUIET_LAG] * PARTITIONS)
+                )
+
+            def all_settled() -> bool:
+                for index in range(POLICIES):
+                    status = (s.api.get("ConsumerGroupPolicy", s.namespace, name_of(index)) or {}).get(
+                        "status"
+                    ) or {}
+                    if status.get("readyReplicas") != 2 or not status.get("epoch"):
+                        return False
+                return True
+
+            wait_for(
+                "20 policies with 2 ready replicas each", all_settled, 300, interval=1, explain=s.diagnostics
+            )
+            watch = InFlightWatch(s.api, s.namespace).start()
+            try:
+                epochs = {i: status_of(s, i)["epoch"] for i in range(POLICIES)}
+                pile_up(s, cluster, 0)  # the blocker spends the minute's allowance
+                wait_for("the blocker's rebalance", lambda: name_of(0) in watch.started, 60, interval=0.2)
+                for index in range(1, POLICIES):
+                    pile_up(s, cluster, index)
+
+                def waiting() -> int:
+                    return sum(
+                        condition_reason(status_of(s, i), "PlanApplied") == "WaitingForBudget"
+                        for i in range(1, POLICIES)
+                    )
+
+                wait_for(
+                    "19 policies waiting for the budget", lambda: waiting() == POLICIES - 1, 60, interval=0.5
+                )
+                fleet = wait_for(
+                    "the fleet status to count them",
+                    lambda: (
+                        (st := cluster_status(s.api, cluster)).get("waitingForBudget") == POLICIES - 1 and st
+                    ),
+                    30,
+                    interval=0.5,
+                )
+                assert fleet["policies"] == POLICIES and fleet["budgetUsed"]["handoffs"].endswith(
+                    f"/{MAX_IN_FLIGHT}"
+                )
+                assert watch.started == [name_of(0)], "nothing else moved while the minute was spent"
+
+                s.api.patch(
+                    "ConsumerGroupCluster",
+                    None,
+                    cluster,
+                    {"spec": {"disruptionBudget": {"maxPartitionsMovedPerMinute": None}}},
+                )
+
+                def finished(index: int) -> bool:
+                    status = status_of(s, index)
+                    return (
+                        status.get("epoch", 0) > epochs[index]
+                        and condition_reason(status, "PlanApplied") == "Published"
+                        and name_of(index) not in watch.in_flight
+                        and float(status.get("imbalance") or 9) < 1.2
+                    )
+
+                wait_for(
+                    "every policy rebalanced",
+                    lambda: all(finished(i) for i in range(POLICIES)),
+                    180,
+                    interval=1,
+                    explain=lambda: f"started {watch.started}, in flight {watch.in_flight}",
+                )
+            finally:
+                watch.stop()
+            print(f"\nstarted in order {watch.started}; at most {watch.most} in flight")
+            assert watch.most <= MAX_IN_FLIGHT
+            assert watch.most == MAX_IN_FLIGHT, "the budget was used, not only respected"
+            assert sorted(watch.started) == [name_of(i) for i in range(POLICIES)]
+            queued = watch.started[1:]
+            worst_first = [name_of(i) for i in range(POLICIES - 1, 0, -1)]
+            for k in range(1, len(queued) + 1):  # up to 3 granted together may publish in any order
+                assert set(queued[:k]) <= set(worst_first[: k + MAX_IN_FLIGHT - 1]), (queued, k)
+            final = wait_for(
+                "the fleet status to settle",
+                lambda: (
+                    (st := cluster_status(s.api, cluster)).get("waitingForBudget") == 0
+                    and st.get("handoffsInFlight") == 0
+                    and st
+                ),
+                30,
+                interval=0.5,
+            )
+            assert final["imbalance"]["max"] < 1.2
+            fleet_rows = groupops_fleet(s.api.kubeconfig, cluster)
+            assert sorted(row["name"] for row in fleet_rows) == [name_of(i) for i in range(POLICIES)]
+            assert [row["fromGoal"] for row in fleet_rows] == sorted(
+                (row["fromGoal"] for row in fleet_rows), reverse=True
+            )
+            assert all(row["plan"] == "Published" and row["partitionsInFlight"] == 0 for row in fleet_rows)
+            assert s.operator.alive()
+
+
+def groupops_fleet(kubeconfig: str, cluster: str) -> list[dict[str, Any]]:
+    """`groupops fleet CLUSTER -o json`, the command people run."""
+    result = subprocess.run(
+        [GROUPOPS, "fleet", cluster, "-o", "json", "--kubeconfig", kubeconfig],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    document = json.loads(result.stdout)
+    assert document["cluster"] == cluster and document["status"]["policies"] == POLICIES
+    return list(document["policies"])
+
+
+def status_of(stack: PolicyStack, index: int) -> dict[str, Any]:
+    return dict(
+        (stack.api.get("ConsumerGroupPolicy", stack.namespace, name_of(index)) or {}).get("status") or {}
+    )
+
+
+def condition_reason(status: dict[str, Any], kind: str) -> str | None:
+    return next((c.get("reason") for c in status.get("conditions") or [] if c.get("type") == kind), None)
+
+
+def cluster_status(api: KubeApi, name: str) -> dict[str, Any]:
+    return dict((api.get("ConsumerGroupCluster", None, name) or {}).get("status") or {})
+
+
+def pile_up(stack: PolicyStack, cluster: str, index: int) -> None:
+    """Both partitions of one replica of the policy's plan hot: imbalance 4h / (2h + 20), higher
+    for a higher index; moving one of them balances it."""
+    members = [m for m in status_of(stack, index).get("members") or [] if len(m["partitions"]) == 2]
+    lags = [QUIET_LAG] * PARTITIONS
+    for name in members[0]["partitions"]:
+        lags[int(name.rsplit("-", 1)[1])] = hot_lag(index)
+    stack.api.patch(
+        "ConsumerGroupPolicy",
+        stack.namespace,
+        name_of(index),
+        {"spec": {"lagSource": {"static": {"lags": {stack.topic: lags}}}}},
+    )
