@@ -31,8 +31,9 @@ lint: $(INSTALLED)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
+# Two pytest processes at once: timing-sensitive e2e/integration, and the rest niced (tools/test-lanes/run).
 test: lint $(TEST_DEPS)
-	$(PY) -m pytest
+	tools/test-lanes/run $(PY)
 
 unit: $(INSTALLED)
 	$(PY) -m pytest tests/unit

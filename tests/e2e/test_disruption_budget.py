@@ -154,6 +154,19 @@ def test_twenty_policies_under_a_budget_of_three_never_pass_it_all_finish_and_th
             wait_for(
                 "20 policies with 2 ready replicas each", all_settled, 300, interval=1, explain=s.diagnostics
             )
+            # Quiet before the blocker: on a loaded machine the start-up itself may move partitions
+            # (a replica fenced while it started), and any move in the last minute would hold it.
+            wait_for(
+                "a fleet with nothing in flight and nothing moved for a minute",
+                lambda: (
+                    (st := cluster_status(s.api, cluster)).get("handoffsInFlight") == 0
+                    and st.get("partitionsMovedLastMinute") == 0
+                    and st.get("policies") == POLICIES
+                ),
+                150,
+                interval=1,
+                explain=lambda: str(cluster_status(s.api, cluster)),
+            )
             watch = InFlightWatch(s.api, s.namespace).start()
             try:
                 epochs = {i: status_of(s, i)["epoch"] for i in range(POLICIES)}

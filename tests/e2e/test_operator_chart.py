@@ -97,11 +97,14 @@ def test_deployment_is_locked_down() -> None:
     kinds = sorted(d["kind"] for d in documents)
     assert kinds == [
         "ClusterRole",  # -discovery: kopf lists namespaces and CRDs
+        "ClusterRole",  # -clusters: ConsumerGroupClusters, read, and their status written
         "ClusterRole",  # -view, -edit, -admin: aggregated into Kubernetes' user roles
         "ClusterRole",
         "ClusterRole",
         "ClusterRoleBinding",
-        "CustomResourceDefinition",
+        "ClusterRoleBinding",
+        "CustomResourceDefinition",  # ConsumerGroupPolicy
+        "CustomResourceDefinition",  # ConsumerGroupCluster
         "Deployment",
         "PodDisruptionBudget",
         "Role",  # the operator's, in the release namespace (scope namespaced, the default)
