@@ -161,6 +161,7 @@ def test_the_guard_allows_nothing_risky_unless_its_values_say_so(chart: Chart) -
             "allowedImageRegistries": ["registry.example.com/team", "ghcr.io/acme"],
             "allowedKafkaProperties": ["ssl.ca.location"],
             "allowedBootstrapServers": ["*.kafka.example.com:9093"],
+            "allowedLagSourceUrls": ["http://prometheus.monitoring.svc:9090"],
         }
     }
     assert guard_args(allowed) == [
@@ -173,6 +174,7 @@ def test_the_guard_allows_nothing_risky_unless_its_values_say_so(chart: Chart) -
         "--allowed-image-registries=ghcr.io/acme",
         "--allow-kafka-property=ssl.ca.location",
         "--allowed-bootstrap-servers=*.kafka.example.com:9093",
+        "--allowed-lag-source-urls=http://prometheus.monitoring.svc:9090",
     ]
     refusal = chart.refusal({"guard": {"allowHostPid": True}})
     assert "'/guard'" in refusal and "'allowHostPid' not allowed" in refusal, refusal

@@ -35,6 +35,7 @@ AUTH_SECRET = "kafka-auth"
 OTHER_SECRET = "payroll"
 REGISTRY = "registry.example.com"
 BROKER = "127.0.0.1:9092"
+PROMETHEUS = "http://prometheus.monitoring.svc:9090"
 RBAC_KINDS = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
 
 GOOD: dict[str, Any] = {
@@ -58,6 +59,11 @@ def hostile(name: str, *, template: dict[str, Any] | None = None, **kafka: Any) 
         document["spec"]["consumers"]["template"] = {"spec": template}
     for key, value in kafka.items():
         document["spec"]["kafka"][key] = value
+    return document
+
+
+def with_lag_source(document: dict[str, Any], lag_source: dict[str, Any]) -> dict[str, Any]:
+    document["spec"]["lagSource"] = lag_source
     return document
 
 
@@ -156,6 +162,21 @@ HOSTILE = [
         "--allowed-bootstrap-servers",
         id="broker-not-allowed",
     ),
+    pytest.param(
+        with_lag_source(
+            hostile("foreign-prometheus"),
+            {
+                "type": "prometheus",
+                "prometheus": {
+                    "url": "http://prometheus.monitoring.svc:9090.evil.io",
+                    "auth": {"bearerToken": {"secretName": AUTH_SECRET, "key": "sasl.password"}},
+                },
+            },
+        ),
+        "spec.lagSource.prometheus.url",
+        "--allowed-lag-source-urls",
+        id="lag-source-url-not-allowed",
+    ),
 ]
 
 
@@ -220,7 +241,14 @@ def restricted_operator(
         kubeconfig=token_kubeconfig(kubectl, namespace, chart_rbac, workdir / "operator.kubeconfig"),
         namespace=namespace,
         log_path=workdir / "operator.log",
-        extra=["--allowed-image-registries", REGISTRY, "--allowed-bootstrap-servers", BROKER],
+        extra=[
+            "--allowed-image-registries",
+            REGISTRY,
+            "--allowed-bootstrap-servers",
+            BROKER,
+            "--allowed-lag-source-urls",
+            PROMETHEUS,
+        ],
     )
     operator.start()
     try:

@@ -145,13 +145,22 @@ def operator_command(
             "Their auth Secrets' credentials go to no other broker.",
         ),
     ] = None,
+    allowed_lag_source_urls: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-lag-source-urls",
+            help="URL prefixes prometheus and burrow lag sources may name, scheme://host[:port][/path] "
+            "(repeatable; default: any). Their Secrets' tokens and passwords go to no other server.",
+        ),
+    ] = None,
     verbose: Annotated[bool, options.verbose()] = False,
 ) -> None:
     """Run the operator: reconcile every ConsumerGroupPolicy it watches until stopped.
 
     Policies get what the guard allows (docs/design.md §13.3): the restricted Pod Security profile
     and no librdkafka property that loads code, reads the operator's files or turns verification
-    off, unless the --allow-* options say otherwise; brokers limited by --allowed-bootstrap-servers."""
+    off, unless the --allow-* options say otherwise; brokers limited by --allowed-bootstrap-servers,
+    HTTP lag sources by --allowed-lag-source-urls."""
     from groupops.controller.main import StartupError, run_operator  # noqa: PLC0415 - kopf loads only here
 
     heartbeat, consumer_addresses = _heartbeats(
@@ -167,9 +176,13 @@ def operator_command(
             image_registries=tuple(allowed_image_registries or ()),
             kafka_properties=tuple(allow_kafka_property or ()),
             bootstrap_servers=tuple(allowed_bootstrap_servers or ()),
+            lag_source_urls=tuple(allowed_lag_source_urls or ()),
         )
     except ValueError as e:
-        fail(f"{e} (--allowed-image-registries / --allow-kafka-property / --allowed-bootstrap-servers)")
+        fail(
+            f"{e} (--allowed-image-registries / --allow-kafka-property / --allowed-bootstrap-servers / "
+            "--allowed-lag-source-urls)"
+        )
     settings = Settings(
         guard=guard,
         watch=WatchSettings(namespaces=tuple(namespace or ())),

@@ -16,6 +16,7 @@ __all__ = [
     "FLAG_HOST_PATH",
     "FLAG_IMAGE_REGISTRIES",
     "FLAG_KAFKA_PROPERTY",
+    "FLAG_LAG_SOURCE_URLS",
     "FLAG_PRIVILEGED",
     "FLAG_RUN_AS_ROOT",
     "FLAG_VOLUME_TYPE",
@@ -35,6 +36,7 @@ FLAG_VOLUME_TYPE = "--allow-volume-type"
 FLAG_IMAGE_REGISTRIES = "--allowed-image-registries"
 FLAG_KAFKA_PROPERTY = "--allow-kafka-property"
 FLAG_BOOTSTRAP_SERVERS = "--allowed-bootstrap-servers"
+FLAG_LAG_SOURCE_URLS = "--allowed-lag-source-urls"
 
 
 def words(text: str) -> frozenset[str]:
@@ -90,7 +92,10 @@ class GuardAllowlist:
     bootstrap_servers: empty, any broker; else every server a policy names must match one of
     these `host:port` patterns, where a host `*.example.com` matches any name ending in
     `.example.com` (--allowed-bootstrap-servers): the auth Secret's credentials go only to the
-    brokers the platform team named.
+    brokers the platform team named. lag_source_urls: empty, any; else the URL of a `prometheus`
+    or `burrow` lag source must start with one of these `scheme://host[:port][/path]` prefixes
+    (--allowed-lag-source-urls): the Secret a source names (a bearer token, a password) goes only
+    to the servers the platform team named.
     """
 
     privileged: bool = False
@@ -101,6 +106,7 @@ class GuardAllowlist:
     image_registries: tuple[str, ...] = ()
     kafka_properties: tuple[str, ...] = ()
     bootstrap_servers: tuple[str, ...] = ()
+    lag_source_urls: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for prefix in self.image_registries:
@@ -113,6 +119,18 @@ class GuardAllowlist:
         for name in self.kafka_properties:
             if not name or name != name.strip():
                 raise ValueError(f"Kafka property name {name!r} is empty or padded")
+        for prefix in self.lag_source_urls:
+            scheme, _, rest = prefix.partition("://")
+            if (
+                scheme.lower() not in ("http", "https")
+                or not rest
+                or rest.startswith("/")
+                or prefix != prefix.strip()
+            ):
+                raise ValueError(
+                    f"lag source URL prefix {prefix!r}: give scheme://host[:port][/path], e.g. "
+                    "https://prometheus.monitoring.svc:9090"
+                )
         for pattern in self.bootstrap_servers:
             host, _, port = pattern.rpartition(":")
             if not host or not port.isdigit() or "*" in host.removeprefix("*.") or "://" in pattern:

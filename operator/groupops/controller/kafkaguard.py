@@ -30,12 +30,19 @@ from typing import Any
 from groupops.controller.guard import (
     FLAG_BOOTSTRAP_SERVERS,
     FLAG_KAFKA_PROPERTY,
+    FLAG_LAG_SOURCE_URLS,
     GuardAllowlist,
     Refusal,
     words,
 )
 
-__all__ = ["LIBRDKAFKA_PROPERTIES", "check_bootstrap_servers", "check_kafka_properties"]
+__all__ = [
+    "LIBRDKAFKA_PROPERTIES",
+    "check_bootstrap_servers",
+    "check_kafka_properties",
+    "check_lag_source_url",
+    "url_has_prefix",
+]
 
 LIBRDKAFKA_PROPERTIES = words(
     """
@@ -146,6 +153,43 @@ def check_bootstrap_servers(servers: str, allow: GuardAllowlist) -> list[Refusal
             f"the operator allows it only when started with {FLAG_BOOTSTRAP_SERVERS} naming it",
         )
     ]
+
+
+def check_lag_source_url(kind: str, settings: Mapping[str, Any], allow: GuardAllowlist) -> list[Refusal]:
+    """The URL of a `prometheus` or `burrow` lag source when no allowed prefix starts it (none when
+    the allowlist is empty). Without this, a policy could send the bearer token or password of a
+    Secret the operator may read to a server of its author's."""
+    url = settings.get("url")
+    if not allow.lag_source_urls or kind not in ("prometheus", "burrow") or not isinstance(url, str):
+        return []
+    if any(url_has_prefix(url, prefix) for prefix in allow.lag_source_urls):
+        return []
+    return [
+        Refusal(
+            f"spec.lagSource.{kind}.url",
+            f"{url} is not a server the operator may send a lag source's credentials to (allowed: "
+            f"{', '.join(allow.lag_source_urls)}); the operator allows it only when started with "
+            f"{FLAG_LAG_SOURCE_URLS} naming it",
+        )
+    ]
+
+
+def url_has_prefix(url: str, prefix: str) -> bool:
+    """`url` is `prefix` or continues it at a path boundary; scheme and host compared without
+    case. `https://prom:9090` starts `https://prom:9090/api` but not `https://prom:90901` nor
+    `https://prom:9090.evil.example`."""
+
+    def parts(text: str) -> tuple[str, str, str]:
+        scheme, _, rest = text.partition("://")
+        authority, slash, path = rest.partition("/")
+        return scheme.lower(), authority.lower(), slash + path
+
+    u_scheme, u_authority, u_path = parts(url.strip())
+    p_scheme, p_authority, p_path = parts(prefix.strip())
+    if (u_scheme, u_authority) != (p_scheme, p_authority):
+        return False
+    base = p_path.rstrip("/")
+    return not base or u_path == base or u_path.startswith(base + "/")
 
 
 def _server_matches(server: str, pattern: str) -> bool:

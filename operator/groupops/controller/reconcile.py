@@ -47,7 +47,11 @@ from groupops.controller.context import (
 from groupops.controller.decide import Decision, autoscaled_replicas, decide
 from groupops.controller.guard import GuardError
 from groupops.controller.identities import IdentityView, identity_view, pod_ordinals
-from groupops.controller.kafkaguard import check_bootstrap_servers, check_kafka_properties
+from groupops.controller.kafkaguard import (
+    check_bootstrap_servers,
+    check_kafka_properties,
+    check_lag_source_url,
+)
 from groupops.controller.lagaccess import with_policy_access
 from groupops.controller.lagread import LagTake, Windows, counts_from_plan, zero_lag
 from groupops.controller.lagstate import hand_off_stalled
@@ -130,6 +134,7 @@ def _reconcile(run: RunContext) -> ReconcileResult:
         *check_pod_template(spec.consumers.template, run.deps.settings.guard),
         *check_kafka_properties(spec.kafka.properties, run.deps.settings.guard),
         *check_bootstrap_servers(spec.kafka.bootstrap_servers, run.deps.settings.guard),
+        *check_lag_source_url(spec.lag_source.type, spec.lag_source.settings, run.deps.settings.guard),
     ]
     if refusals:
         fail(run, "Refused", str(GuardError(refusals)), transient=False)

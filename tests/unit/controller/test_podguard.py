@@ -16,7 +16,12 @@ from hypothesis import strategies as st
 
 from groupops.controller import guard, kafkaguard, podguard
 from groupops.controller.guard import GuardAllowlist, GuardError, Refusal
-from groupops.controller.kafkaguard import check_bootstrap_servers, check_kafka_properties
+from groupops.controller.kafkaguard import (
+    check_bootstrap_servers,
+    check_kafka_properties,
+    check_lag_source_url,
+    url_has_prefix,
+)
 from groupops.controller.podguard import (
     check_pod_template,
     harden_pod_template,
@@ -886,3 +891,49 @@ def test_without_a_broker_allowlist_any_broker_passes() -> None:
 def test_a_malformed_broker_pattern_is_refused_at_start(pattern: str) -> None:
     with pytest.raises(ValueError, match="bootstrap server pattern"):
         GuardAllowlist(bootstrap_servers=(pattern,))
+
+
+# -- HTTP lag sources (--allowed-lag-source-urls) -----------------------------------------------
+
+SOURCES = GuardAllowlist(
+    lag_source_urls=("http://prometheus.monitoring.svc:9090", "https://burrow.ops:8000/v3")
+)
+
+
+@pytest.mark.parametrize(
+    ("url", "prefix", "starts"),
+    [
+        pytest.param("http://prom:9090", "http://prom:9090", True, id="equal"),
+        pytest.param("http://prom:9090/api/v1", "http://prom:9090", True, id="below"),
+        pytest.param("HTTP://PROM:9090/x", "http://prom:9090", True, id="scheme-and-host-without-case"),
+        pytest.param("http://prom:90901", "http://prom:9090", False, id="longer-port"),
+        pytest.param("http://prom:9090.evil.io", "http://prom:9090", False, id="longer-host"),
+        pytest.param("https://prom:9090", "http://prom:9090", False, id="other-scheme"),
+        pytest.param("http://b:1/v3x", "http://b:1/v3", False, id="path-prefix-at-a-boundary"),
+        pytest.param("http://b:1/v3/kafka", "http://b:1/v3/", True, id="prefix-with-a-slash"),
+        pytest.param("http://evil.io/?u=http://prom:9090", "http://prom:9090", False, id="prefix-elsewhere"),
+    ],
+)
+def test_url_prefixes_match_at_boundaries(url: str, prefix: str, starts: bool) -> None:
+    assert url_has_prefix(url, prefix) is starts
+
+
+def test_a_lag_source_url_outside_the_allowlist_is_refused_naming_it_and_the_flag() -> None:
+    (refusal,) = check_lag_source_url("burrow", {"url": "https://burrow.evil.io/v3"}, SOURCES)
+    assert refusal.field == "spec.lagSource.burrow.url"
+    assert "https://burrow.evil.io/v3 is not a server" in refusal.reason
+    assert "--allowed-lag-source-urls" in refusal.reason
+    assert check_lag_source_url("prometheus", {"url": "http://prometheus.monitoring.svc:9090"}, SOURCES) == []
+    assert check_lag_source_url("burrow", {"url": "https://burrow.ops:8000/v3/kafka"}, SOURCES) == []
+
+
+def test_without_a_url_allowlist_or_an_http_source_nothing_is_refused() -> None:
+    assert check_lag_source_url("prometheus", {"url": "http://evil.io"}, GuardAllowlist()) == []
+    assert check_lag_source_url("kafka", {}, SOURCES) == []
+    assert check_lag_source_url("forecast", {"path": "/data"}, SOURCES) == []
+
+
+@pytest.mark.parametrize("prefix", ["prom:9090", "ftp://prom", "http://", "http:///path", " http://prom"])
+def test_a_malformed_url_prefix_is_refused_at_start(prefix: str) -> None:
+    with pytest.raises(ValueError, match="lag source URL prefix"):
+        GuardAllowlist(lag_source_urls=(prefix,))
