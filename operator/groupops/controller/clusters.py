@@ -362,6 +362,9 @@ class ClusterBook:
             if event_type == "DELETED":
                 self._entries.pop(name, None)
                 self._written.pop(name, None)
+                self._budgets.pop(name, None)
+                if self._metrics is not None:
+                    self._metrics.forget_cluster(name)
             else:
                 old = self._entries.get(name)
                 new = _entry_of(body)

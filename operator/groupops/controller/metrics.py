@@ -277,6 +277,12 @@ class Metrics:
         self.cluster_handoffs_in_flight.labels(cluster).set(in_flight)
         self.cluster_waiting_for_budget.labels(cluster).set(waiting)
 
+    def forget_cluster(self, cluster: str) -> None:
+        """Drop a deleted ConsumerGroupCluster's series."""
+        for metric in (self.cluster_handoffs_in_flight, self.cluster_waiting_for_budget, self.budget_holds):
+            with contextlib.suppress(KeyError):
+                metric.remove(cluster)
+
     def record_lag_source(self, namespace: str, policy: str, source: str, *, up: bool) -> None:
         """Set the policy's `lag_source_up` for `source`, dropping the series of a source type the
         policy used before (a switch away from a broken source must not leave it reading 0)."""
@@ -295,7 +301,8 @@ class Metrics:
         self._set_last[key] = frozenset(values)
 
     def forget(self, namespace: str, policy: str) -> None:
-        """Drop a deleted policy's series (its identities are found from the member gauge)."""
+        """Drop every series of a deleted policy (counters and histograms too: a policy created
+        again under the same name starts from nothing, and a deleted one leaves no series)."""
         for metric in (
             self.total_lag,
             self.time_lag,
@@ -308,6 +315,10 @@ class Metrics:
             self.handoffs_in_flight,
             self.oldest_handoff_seconds,
             self.fences,
+            self.plan_writes_refused,
+            self.moves,
+            self.reconcile_seconds,
+            self.handoff_seconds,
         ):
             with contextlib.suppress(KeyError):
                 metric.remove(namespace, policy)
@@ -318,6 +329,8 @@ class Metrics:
             self.member_seconds_since_poll,
             self.lag_source_up,
             self.lag_read_failures,
+            self.rebalances,
+            self.errors,
         ):
             for labels in _series_of(labelled, namespace, policy):
                 labelled.remove(*labels)
@@ -327,7 +340,7 @@ class Metrics:
         start_http_server(port, addr=host, registry=self.registry)
 
 
-def _series_of(metric: Gauge | Counter, namespace: str, policy: str) -> list[tuple[str, ...]]:
+def _series_of(metric: Gauge | Counter | Histogram, namespace: str, policy: str) -> list[tuple[str, ...]]:
     """The label values of the policy's series of a metric labelled (namespace, policy, ...)."""
     return [
         tuple(labels) for labels in list(metric._metrics) if labels[0] == namespace and labels[1] == policy

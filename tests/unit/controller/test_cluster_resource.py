@@ -245,3 +245,17 @@ def test_the_fleet_status_sums_its_policies_and_says_who_waits() -> None:
     fleet.book.forget(("ns", "q"))
     assert fleet.book.report_once() == 1
     assert fleet.kube.get(API, CLUSTER_KIND, None, "prod")["status"]["policies"] == 1  # type: ignore[index]
+
+
+def test_a_deleted_cluster_leaves_no_budget_and_no_series() -> None:
+    kube, metrics = FakeKube(), Metrics()
+    book = ClusterBook(kube, metrics=metrics)  # type: ignore[arg-type]
+    body = {"metadata": {"name": "prod", "generation": 1}, "spec": {"bootstrapServers": "k:9092"}}
+    book.note("ADDED", body)
+    book.status_of("prod")
+    assert metrics.registry.get_sample_value("groupops_cluster_handoffs_in_flight", {"cluster": "prod"}) == 0
+    book.note("DELETED", body)
+    assert (
+        metrics.registry.get_sample_value("groupops_cluster_handoffs_in_flight", {"cluster": "prod"}) is None
+    )
+    assert book.report_once() == 0

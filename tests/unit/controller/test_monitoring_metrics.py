@@ -251,3 +251,24 @@ def test_a_deleted_policys_series_are_forgotten(name: str, labels: dict[str, str
     assert world.value(name, **labels) is not None
     world.metrics.forget("ns", "p")
     assert world.value(name, **labels) is None
+
+
+def test_after_forget_no_series_of_the_policy_is_left_in_the_registry() -> None:
+    world = World(KAFKA)
+    world.run()
+    world.acknowledge("g-0", "g-1", "g-2")
+    world.silence("g-2")
+    world.readers.failure = LagSourceUnavailable("connection refused (k:9092)")
+    world.run()
+
+    def policy_series() -> set[str]:
+        return {
+            sample.name
+            for family in world.metrics.registry.collect()
+            for sample in family.samples
+            if sample.labels.get("namespace") == "ns" and sample.labels.get("policy") == "p"
+        }
+
+    assert {"groupops_rebalances_total", "groupops_reconcile_duration_seconds_count"} <= policy_series()
+    world.metrics.forget("ns", "p")
+    assert policy_series() == set()
