@@ -27,6 +27,7 @@ from groupops.commands import options
 from groupops.commands.errors import RUNTIME_FAILURE, fail
 from groupops.commands.options import DocumentOutput
 from groupops.controller.clusters import CLUSTER_KIND, badness_of
+from groupops.controller.decide import seconds_since
 from groupops.controller.names import API_GROUP, API_VERSION, KIND, LABEL_MANAGED_BY, MANAGED_BY
 from groupops.kubeapi import KubeClient, KubeError
 from groupops.planner.plan_format import plan_from_configmap
@@ -117,7 +118,7 @@ def fleet_rows(
                 "imbalance": status.get("imbalance"),
                 "stuckPartitions": len(status.get("stuckPartitions") or []),
                 "lastRebalance": status.get("lastRebalance"),
-                "sinceRebalanceSeconds": _since(status.get("lastRebalance"), now),
+                "sinceRebalanceSeconds": _rounded(seconds_since(status.get("lastRebalance"), now)),
                 "partitionsInFlight": in_flight.get(key, 0),
                 "plan": _plan_state(status),
             }
@@ -136,14 +137,8 @@ def _plan_state(status: Mapping[str, Any]) -> str:
     return str(applied[1]) if applied else "-"
 
 
-def _since(stamp: Any, now: datetime) -> float | None:
-    if not isinstance(stamp, str):
-        return None
-    try:
-        then = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    except ValueError:
-        return None
-    return round((now - then).total_seconds())
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds)
 
 
 def _print_table(rows: list[dict[str, Any]], cluster: str | None, status: Mapping[str, Any] | None) -> None:

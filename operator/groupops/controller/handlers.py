@@ -278,31 +278,29 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
             if entry is not None:
                 entry.memory.wakeup.poke()
 
+    def waker() -> WakeListener:
+        """A listener for a watch thread that wakes policies in kopf's loop."""
+        loop = asyncio.get_running_loop()
+
+        def from_watch_thread(keys: frozenset[PolicyKey]) -> None:
+            with contextlib.suppress(RuntimeError):  # kopf's loop is closed: the operator stops
+                loop.call_soon_threadsafe(wake, keys)
+
+        return from_watch_thread
+
     @kopf.on.startup(registry=registry)
     async def follow_claims(**_: Any) -> None:
-        if deps.claims is None:
-            return
-        loop = asyncio.get_running_loop()
-
-        def from_watch_thread(keys: frozenset[PolicyKey]) -> None:
-            with contextlib.suppress(RuntimeError):  # kopf's loop is closed: the operator stops
-                loop.call_soon_threadsafe(wake, keys)
-
-        deps.claims.add_listener(from_watch_thread)
-        claim_listeners.append(from_watch_thread)
+        if deps.claims is not None:
+            listener = waker()
+            deps.claims.add_listener(listener)
+            claim_listeners.append(listener)
 
     @kopf.on.startup(registry=registry)
-    async def follow_clusters(**_: Any) -> None:
-        if deps.clusters is None:
-            return
-        loop = asyncio.get_running_loop()
-
-        def from_watch_thread(keys: frozenset[PolicyKey]) -> None:
-            with contextlib.suppress(RuntimeError):  # kopf's loop is closed: the operator stops
-                loop.call_soon_threadsafe(wake, keys)
-
-        deps.clusters.add_listener(from_watch_thread)
-        cluster_listeners.append(from_watch_thread)
+    async def follow_clusters(**_: Any) -> None:  # a cluster changed, or its budget freed a handoff
+        if deps.clusters is not None:
+            listener = waker()
+            deps.clusters.add_listener(listener)
+            cluster_listeners.append(listener)
 
     @kopf.on.startup(registry=registry)
     async def follow_leases(**_: Any) -> None:

@@ -229,6 +229,17 @@ def test_fencing_an_expired_replica_counts_one_fence_and_it_is_no_longer_behind(
 # -- policy deletion --------------------------------------------------------------------------------
 
 
+def world_with_every_series() -> World:
+    """A policy run twice: acknowledged, one replica silent, then its lag source failing."""
+    world = World(KAFKA)
+    world.run()
+    world.acknowledge("g-0", "g-1", "g-2")
+    world.silence("g-2")
+    world.readers.failure = LagSourceUnavailable("connection refused (k:9092)")
+    world.run()
+    return world
+
+
 @pytest.mark.parametrize(
     ("name", "labels"),
     [
@@ -242,24 +253,14 @@ def test_fencing_an_expired_replica_counts_one_fence_and_it_is_no_longer_behind(
     ],
 )
 def test_a_deleted_policys_series_are_forgotten(name: str, labels: dict[str, str]) -> None:
-    world = World(KAFKA)
-    world.run()
-    world.acknowledge("g-0", "g-1", "g-2")
-    world.silence("g-2")
-    world.readers.failure = LagSourceUnavailable("connection refused (k:9092)")
-    world.run()
+    world = world_with_every_series()
     assert world.value(name, **labels) is not None
     world.metrics.forget("ns", "p")
     assert world.value(name, **labels) is None
 
 
 def test_after_forget_no_series_of_the_policy_is_left_in_the_registry() -> None:
-    world = World(KAFKA)
-    world.run()
-    world.acknowledge("g-0", "g-1", "g-2")
-    world.silence("g-2")
-    world.readers.failure = LagSourceUnavailable("connection refused (k:9092)")
-    world.run()
+    world = world_with_every_series()
 
     def policy_series() -> set[str]:
         return {
