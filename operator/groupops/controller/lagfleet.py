@@ -62,7 +62,7 @@ from groupops.lag.kafka_admin import KafkaAdmin, OffsetQuery, describe_error
 from groupops.lag.registry import SourceContext
 
 if TYPE_CHECKING:
-    from groupops.lag.history import OffsetHistory
+    from groupops.lag.history import HistorySink
 
 __all__ = [
     "CONSUMER_ONLY_PROPERTIES",
@@ -239,7 +239,7 @@ class ClusterLagReader:
         group_id: str,
         topics: Sequence[str],
         *,
-        history: OffsetHistory | None,
+        history: HistorySink | None,
     ) -> LagSnapshot:
         offsets = read_group_offsets(settings, group_id, topics, admin=self.admin, cluster=self)
         return lag_snapshot(offsets, settings, history=history)
@@ -344,7 +344,7 @@ class KafkaClusterReaders:
         group_id: str,
         topics: Sequence[str],
         *,
-        history: OffsetHistory | None = None,
+        history: HistorySink | None = None,
     ) -> LagSnapshot:
         """`KafkaLagSource(settings, history=history).read(group_id, topics)`, through the reader
         of the settings' connection."""
@@ -468,7 +468,7 @@ class _PolicySource:
     """One policy's view of the readers, as a `LagSource`."""
 
     def __init__(
-        self, readers: KafkaClusterReaders, settings: KafkaLagSettings, history: OffsetHistory | None
+        self, readers: KafkaClusterReaders, settings: KafkaLagSettings, history: HistorySink | None
     ) -> None:
         self.settings = settings
         self._readers = readers

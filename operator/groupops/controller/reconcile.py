@@ -90,6 +90,7 @@ from groupops.lag import (
     UnknownTopicError,
 )
 from groupops.lag import kafka as kafka_lag
+from groupops.lag.history import PlannedOwners
 from groupops.lag.registry import SourceContext, build_lag_source
 from groupops.lag.reset import apply_reset, read_reset
 from groupops.model import MemberId, TopicPartition
@@ -502,6 +503,10 @@ def _read_lag(
     (`controller.lagread`: the run never waits long on the source), and the time-lag windows of
     that lag (None when it has none: a source without offsets, or partition counts only)."""
     context = _source_context(run, spec, client_config)
+    if context.history is not None and spec.consumers.delivery == "plan" and run.deps.history is not None:
+        # the replicas never join the Kafka group: the history names the plan's owners (§10)
+        owners = {tp: str(identity) for tp, identity in previous.owner_of().items()}
+        context = replace(context, history=PlannedOwners(run.deps.history, owners))
 
     def read() -> LagSnapshot:
         readers = run.deps.kafka_readers

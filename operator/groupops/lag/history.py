@@ -13,7 +13,8 @@ import json
 import logging
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any, TypedDict
+from dataclasses import dataclass
+from typing import Any, Protocol, TypedDict
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
@@ -24,8 +25,10 @@ from groupops.model import TopicPartition
 
 __all__ = [
     "KAFKA_SCHEME",
+    "HistorySink",
     "KafkaSink",
     "OffsetHistory",
+    "PlannedOwners",
     "SnapshotError",
     "SnapshotRow",
     "SnapshotSinkError",
@@ -187,9 +190,19 @@ class OffsetHistory:
         self._sinks: dict[tuple[str, tuple[tuple[str, str], ...]], KafkaSink] = {}
         self._lock = threading.Lock()
 
-    def record(self, offsets: GroupOffsets, *, bootstrap: str, client_config: Mapping[str, str]) -> int:
-        """Append one row per partition of `offsets`; returns how many (0 after a failure)."""
-        rows = rows_from_offsets(offsets, cluster=bootstrap, owners=offsets.owners)
+    def record(
+        self,
+        offsets: GroupOffsets,
+        *,
+        bootstrap: str,
+        client_config: Mapping[str, str],
+        owners: Mapping[TopicPartition, str] | None = None,
+    ) -> int:
+        """Append one row per partition of `offsets`; returns how many (0 after a failure).
+        `owners`: who owns each partition when not the group's members (`PlannedOwners`)."""
+        rows = rows_from_offsets(
+            offsets, cluster=bootstrap, owners=offsets.owners if owners is None else owners
+        )
         try:
             self._sink(bootstrap, client_config).write(rows)
         except SnapshotError as e:
@@ -214,3 +227,25 @@ class OffsetHistory:
             sinks, self._sinks = list(self._sinks.values()), {}
         for sink in sinks:
             sink.close()
+
+
+class HistorySink(Protocol):
+    """Where the `kafka` source appends what it read: `OffsetHistory`, or `PlannedOwners` around it."""
+
+    def record(self, offsets: GroupOffsets, *, bootstrap: str, client_config: Mapping[str, str]) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedOwners:
+    """The history of a policy whose replicas follow the operator's plan (delivery plan). They
+    assign partitions to themselves and never join the Kafka group, so DescribeGroups names no
+    owner and every row would say "" (nobody): the Spark `plan` job then has no members to plan
+    for. Its rows name the published plan's owner instead (its identity, as `group.instance.id`
+    would), whenever Kafka reports no member owning anything."""
+
+    history: OffsetHistory
+    owners: Mapping[TopicPartition, str]
+
+    def record(self, offsets: GroupOffsets, *, bootstrap: str, client_config: Mapping[str, str]) -> int:
+        planned = None if offsets.owners else dict(self.owners)
+        return self.history.record(offsets, bootstrap=bootstrap, client_config=client_config, owners=planned)

@@ -64,7 +64,7 @@ from groupops.lag.kafka_admin import (
 from groupops.model import TopicPartition
 
 if TYPE_CHECKING:
-    from groupops.lag.history import OffsetHistory
+    from groupops.lag.history import HistorySink
     from groupops.lag.registry import SourceContext
 
 __all__ = [
@@ -220,7 +220,7 @@ class KafkaLagSource:
     """The `kafka` LagSource. Holds one connection (`KafkaAdmin`) and makes every request of a
     read itself; call close() (or use `with`) when done."""
 
-    def __init__(self, settings: KafkaLagSettings, *, history: OffsetHistory | None = None) -> None:
+    def __init__(self, settings: KafkaLagSettings, *, history: HistorySink | None = None) -> None:
         self.settings = settings
         self._history = history
         self._admin = KafkaAdmin(settings.bootstrap_servers, settings.client_config)
@@ -263,7 +263,7 @@ class KafkaLagSource:
 
 
 def lag_snapshot(
-    offsets: GroupOffsets, settings: KafkaLagSettings, *, history: OffsetHistory | None
+    offsets: GroupOffsets, settings: KafkaLagSettings, *, history: HistorySink | None
 ) -> LagSnapshot:
     """What a `read` returns for the offsets it read, after appending them to the offset history
     (when there is one; a failed append is logged by the history, never raised)."""

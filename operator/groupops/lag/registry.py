@@ -18,7 +18,7 @@ from groupops.lag import burrow, prometheus, static
 from groupops.lag.base import LagSource, LagSourceConfigError, PartitionCounts, SecretReader
 
 if TYPE_CHECKING:
-    from groupops.lag.history import OffsetHistory
+    from groupops.lag.history import HistorySink
 
 __all__ = ["SOURCE_TYPES", "SourceContext", "SourceFactory", "build_lag_source"]
 
@@ -43,7 +43,7 @@ class SourceContext:
     client_config: Mapping[str, str] = field(default_factory=dict)
     auto_offset_reset: str = "latest"
     timeout_seconds: float = 10.0
-    history: OffsetHistory | None = None
+    history: HistorySink | None = None
     secrets: SecretReader | None = None
     partition_counts: PartitionCounts | None = None
 
