@@ -106,11 +106,15 @@ class ClusterBook:
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
         stale_after: float = 30.0,
+        learning_s: float = 0.0,
     ) -> None:
         self._client = client
         self._metrics = metrics
         self._clock = clock
         self._stale_after = stale_after
+        self._learning_s = learning_s
+        self._learning_until = 0.0
+        """No grant before this (planner/budget.py rule 5): set when this process starts leading."""
         self._lock = threading.Lock()
         self._entries: dict[str, _Entry] = {}
         self._budgets: dict[str, DisruptionBudget] = {}
@@ -132,7 +136,12 @@ class ClusterBook:
         return self._watch.wait_synced(timeout)
 
     def start_reporting(self, period: float = STATUS_PERIOD_S) -> None:
-        """Write every cluster's status every `period` seconds (the leader only)."""
+        """Write every cluster's status every `period` seconds (the leader only), and grant
+        nothing for `learning_s` from now, while the policies' first runs say what is in flight."""
+        with self._lock:
+            self._learning_until = self._clock() + self._learning_s
+            for budget in self._budgets.values():
+                budget.learning_until = self._learning_until
 
         def loop() -> None:
             while not self._stopped.wait(period):
@@ -350,7 +359,9 @@ class ClusterBook:
         ) or BudgetLimits()
         budget = self._budgets.get(name)
         if budget is None:
-            budget = self._budgets[name] = DisruptionBudget(limits, stale_after=self._stale_after)
+            budget = self._budgets[name] = DisruptionBudget(
+                limits, stale_after=self._stale_after, learning_until=self._learning_until
+            )
         elif budget.limits != limits:
             budget.limits = limits
         return budget

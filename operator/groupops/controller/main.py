@@ -66,7 +66,8 @@ def run_operator(settings: Settings, *, verbose: bool = False) -> None:
     history = None if settings.history_topic is None else OffsetHistory(settings.history_topic)
     caches = start_caches(client, settings, metrics)  # the reconciles' reads, from watches
     claims = start_policy_claims(client, settings, metrics)  # conflicts between policies (design §6.4)
-    clusters = ClusterBook(client, metrics=metrics, stale_after=3 * settings.reconcile.tick_seconds + 5)
+    tick = settings.reconcile.tick_seconds
+    clusters = ClusterBook(client, metrics=metrics, stale_after=3 * tick + 5, learning_s=2 * tick + 5)
     clusters.start()  # ConsumerGroupClusters and their budgets (design §15)
     sightings = LeaseSightings()  # from now on, standing by or not (docs/design.md §8.1)
     caches.leases.add_listener(sightings.note)

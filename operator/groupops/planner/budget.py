@@ -23,6 +23,9 @@ The rules (docs/design.md §15):
 4. *Worst-off first*: a request is granted only when no other waiting policy is further from its
    goal (a larger `badness`; equal badness: the smaller key). Waiters ask again on each run; one
    that has not asked for `stale_after` seconds (deleted, settled, no longer wanting) is forgotten.
+5. *A new leader learns first*: until `learning_until` nothing is granted (requests queue as
+   waiters). The budget lives in the leader's memory; a new leader learns which handoffs are in
+   flight from each policy's first run (`note_in_flight`), which comes within a tick of leading.
 
 Worked example (max_handoffs 2, 100 partitions per minute): a and b are granted 40 moves each at
 t=0 (2 in flight, 80 moved). c (badness 3.0) asks for 30 moves at t=5: held (2 in flight). d
@@ -82,6 +85,7 @@ class DisruptionBudget:
 
     limits: BudgetLimits
     stale_after: float = 30.0
+    learning_until: float = 0.0
     _in_flight: dict[PolicyKey, float] = field(default_factory=dict)
     _moves: deque[tuple[float, int]] = field(default_factory=deque)
     _waiters: dict[PolicyKey, _Waiter] = field(default_factory=dict)
@@ -137,6 +141,11 @@ class DisruptionBudget:
         return frozenset(self._in_flight)
 
     def _held_by(self, key: PolicyKey, *, moves: int, badness: float, now: float) -> str | None:
+        if now < self.learning_until:
+            return (
+                f"the operator leads since moments ago and learns the handoffs in flight for "
+                f"{self.learning_until - now:.0f} s more"
+            )
         limit = self.limits.max_handoffs
         others = len(self._in_flight) - (key in self._in_flight)
         if limit is not None and others >= limit:

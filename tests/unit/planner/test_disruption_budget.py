@@ -134,3 +134,18 @@ def test_granted_rebalances_never_pass_either_limit(
             if budget.request(key, moves=moves, badness=badness, now=now).granted:
                 assert others < max_handoffs
                 assert before.moved_last_minute == 0 or before.moved_last_minute + moves <= per_minute
+
+
+def test_a_new_leader_grants_nothing_until_it_has_learned_what_is_in_flight() -> None:
+    """Restart: the budget was in the old leader's memory. Three handoffs are still in flight;
+    the new leader hears of them from the policies' first runs, which may come after another
+    policy's request: learning first keeps that request from passing the limit."""
+    budget = DisruptionBudget(BudgetLimits(max_handoffs=3), learning_until=15.0)
+    early = budget.request(D, moves=1, badness=9.0, now=1)
+    assert not early.granted and "learns the handoffs in flight" in (early.reason or "")
+    for key in (A, B, C):  # their first runs, after D's request
+        budget.note_in_flight(key, now=3)
+    held = budget.request(D, moves=1, badness=9.0, now=16)
+    assert not held.granted and "3 of 3 handoffs" in (held.reason or "")
+    budget.settle(A)
+    assert budget.request(D, moves=1, badness=9.0, now=17).granted
