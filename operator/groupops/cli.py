@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from groupops.commands import approve, assign, consume, fleet, lag, pipeline, reset_offsets, snapshot
+from groupops.commands import approve, assign, consume, fleet, lag, pipeline, propose, reset_offsets, snapshot
 from groupops.commands import operator as operator_command
 from groupops.commands.options import GroupopsGroup
 
@@ -59,6 +59,7 @@ fleet.register(app)
 operator_command.register(app)
 lag.register(app)
 pipeline.register(app)
+propose.register(app)
 reset_offsets.register(app)
 snapshot.register(app)
 

@@ -149,8 +149,9 @@ def operator_command(
         list[str] | None,
         typer.Option(
             "--allowed-lag-source-urls",
-            help="URL prefixes prometheus and burrow lag sources may name, scheme://host[:port][/path] "
-            "(repeatable; default: any). Their Secrets' tokens and passwords go to no other server.",
+            help="URL prefixes prometheus and burrow lag sources may name, e.g. "
+            "http://prometheus.monitoring.svc:9090 (repeatable; default: any). Their Secrets' tokens and "
+            "passwords go to no other server.",
         ),
     ] = None,
     verbose: Annotated[bool, options.verbose()] = False,

@@ -88,6 +88,8 @@ class PolicyMemory:
     standstill and the replica, until the standstill ends (`lagstate.hand_off_stalled`)."""
     poke: Callable[[], None] = lambda: None
     """Wake the policy's loop from any thread (set by its daemon)."""
+    pipeline_plan_refused: str | None = None
+    """The id of the pipeline plan a Warning Event last refused (one Event per plan)."""
     damping: DampingMemory = field(default_factory=DampingMemory)
     """The hysteresis, interval and autoscale history of damping (`decide`, planner/damping.py)."""
 

@@ -29,6 +29,7 @@ from typing import Any
 from groupops.controller.clusters import badness_of
 from groupops.controller.context import RunContext, iso
 from groupops.controller.identities import IdentityView
+from groupops.controller.pipeline_plan import pipeline_plan
 from groupops.controller.publish import moves_between, normalized
 from groupops.controller.render_plan import ObservedPlan
 from groupops.controller.spec import AutoscaleSpec, PolicySpec
@@ -55,6 +56,7 @@ from groupops.planner.target import (
 )
 
 __all__ = [
+    "PIPELINE_TRIGGER",
     "Decision",
     "assignment_from_status",
     "assignment_to_status",
@@ -64,6 +66,10 @@ __all__ = [
     "seconds_since",
     "target_inputs_digest",
 ]
+
+
+PIPELINE_TRIGGER = "PipelinePlan"
+"""The proposal's trigger when it is the Spark pipeline's plan (`groupops propose`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,6 +92,7 @@ class Decision:
     waiting: str | None = None  # "DryRun" / "AwaitingApproval" / "WaitingForBudget" / None
     budget_note: str | None = None  # why the disruption budget held the rebalance
     budget_granted: bool = False  # the budget granted it (and counted its moves)
+    pipeline_plan_applied: str | None = None  # the pipeline plan's id, when this publishes it
     published: bool = False
 
 
@@ -159,6 +166,22 @@ def decide(  # noqa: PLR0917 - one call site, the reconcile's named steps
     )
     if spec.dry_run:
         return replace(keep, target=None, shown=entries, imbalance=after["imbalance"], waiting="DryRun")
+    if observed is not None and not paused:
+        proposed = _from_pipeline(
+            run,
+            spec,
+            keep,
+            request,
+            current,
+            everyone,
+            topics,
+            base_epoch=previous.epoch,
+            handing_off=bool(previous.releasing),
+        )
+        if proposed is not None:
+            if damped is not None:
+                _remember(run, spec, damped, published=False)  # a person's plan uses up no trigger
+            return proposed
     if spec.rebalance.approval == "manual" and observed is not None and moves > 0 and not paused:
         decision = _manual(run, spec, keep, entries, base_epoch=previous.epoch)
     else:
@@ -168,6 +191,59 @@ def decide(  # noqa: PLR0917 - one call site, the reconcile's named steps
     if damped is not None:
         _remember(run, spec, damped, published=decision.target is not None)
     return decision
+
+
+# -- plans from the pipeline (controller/pipeline_plan.py) ---------------------------------------
+
+
+def _from_pipeline(  # noqa: PLR0917 - one call site
+    run: RunContext,
+    spec: PolicySpec,
+    keep: Decision,
+    request: TargetRequest,
+    current: Mapping[str, Sequence[TopicPartition]],
+    everyone: Sequence[str],
+    topics: Mapping[str, int],
+    *,
+    base_epoch: int,
+    handing_off: bool,
+) -> Decision | None:
+    """With approval manual, the plan `groupops propose` wrote into the policy's annotation, as the
+    standing proposal (trigger PipelinePlan) while it moves something; approved, it is the target
+    until its handoff is done (`handing_off`: the published plan has partitions releasing), and
+    never a budget's to hold (a person chose it, as a spec change). None: no such plan (or it
+    cannot be used: a Warning Event says why, once per plan, and the operator plans as usual)."""
+    if spec.rebalance.approval != "manual":
+        return None
+    applied = run.status.get("pipelinePlanApplied")
+    plan = pipeline_plan(
+        (run.body.get("metadata") or {}).get("annotations"),
+        members=keep.members,
+        everyone=everyone,
+        topics=topics,
+        applied=None if handing_off else applied,
+    )
+    if plan is None:
+        return None
+    if plan.entries is None:
+        if run.memory.pipeline_plan_refused != plan.id:
+            run.memory.pipeline_plan_refused = plan.id
+            run.event("Warning", "PipelinePlanRefused", str(plan.problem))
+        run.log.info("%s", plan.problem)
+        return None
+    moves = moves_between(current, plan.entries, among=keep.members)
+    if plan.id == applied:  # approved and published: the second epoch of its handoff goes there too
+        return replace(keep, target=plan.entries, trigger=PIPELINE_TRIGGER, moves=moves)
+    if moves == 0:
+        return None
+    chosen = replace(
+        keep,
+        trigger=PIPELINE_TRIGGER,
+        moves=moves,
+        max_lag_after=stats_of(request, plan.entries)["max_member_lag"],
+    )
+    decision = _manual(run, spec, chosen, plan.entries, base_epoch=base_epoch)
+    return replace(decision, pipeline_plan_applied=plan.id) if decision.approved else decision
 
 
 # -- the cluster's disruption budget (planner/budget.py, controller/clusters.py) ------------------
@@ -347,11 +423,14 @@ def _manual(
     standing = run.status.get("proposal") or {}
     standing_assignment = assignment_from_status(standing.get("assignment"))
     digest = spec_digest(run.body.get("spec"))
+    from_pipeline = keep.trigger == PIPELINE_TRIGGER
     if (
         standing_assignment is not None
         and standing.get("id")
         and set(standing_assignment) == set(entries)
         and standing.get("specDigest") == digest
+        and (standing.get("trigger") == PIPELINE_TRIGGER) == from_pipeline
+        and (not from_pipeline or standing_assignment == entries)
     ):
         proposed = standing_assignment
         proposal = dict(standing)

@@ -162,6 +162,7 @@ def write_status(
         "lastRebalance": last,
         "proposal": decision.proposal,
         "approvedProposal": decision.approved_id or run.status.get("approvedProposal"),
+        "pipelinePlanApplied": decision.pipeline_plan_applied or run.status.get("pipelinePlanApplied"),
         "brokerAssignment": None if broker is None else broker.to_status(),
         "offsetReset": run.status.get("offsetReset") if offset_reset is None else dict(offset_reset),
         **behind.status,

@@ -46,6 +46,7 @@ OWNED_STATUS_KEYS = (
     "lastRebalance",
     "proposal",
     "approvedProposal",
+    "pipelinePlanApplied",
     "brokerAssignment",
     "offsetReset",
     "timeLagSeconds",
