@@ -218,7 +218,7 @@ class ClusterBook:
         now = self._clock()
         with self._lock:
             budget = self._budget(cluster)
-            budget.note_moves(moves, now=now)
+            budget.note_moves(moves, now=now, key=key)
             if in_flight:
                 budget.note_in_flight(key, now=now)
                 return

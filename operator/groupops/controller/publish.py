@@ -27,7 +27,16 @@ from groupops.planner.handoff import HandoffResult, MemberState, fence_epoch, id
 from groupops.planner.plan_format import PublishedPlan, lease_record
 from groupops.planner.wire import PlanFormatError
 
-__all__ = ["Fence", "floor_plan", "judged_expired", "member_states", "moves_between", "normalized", "step"]
+__all__ = [
+    "Fence",
+    "floor_plan",
+    "handed_over",
+    "judged_expired",
+    "member_states",
+    "moves_between",
+    "normalized",
+    "step",
+]
 
 Assignment = Mapping[str, Sequence[TopicPartition]]
 Fence = Callable[[str, int], bool]
@@ -100,6 +109,24 @@ def step(
     fenced = [identity for identity in candidates if fence(identity, through)]
     typed_target = {MemberId(identity): tuple(tps) for identity, tps in target.items()}
     return next_plan(previous, typed_target, states, expired=fenced, strategy=strategy, now=now)
+
+
+def handed_over(before: PublishedPlan | None, after: PublishedPlan) -> int:
+    """Partitions that changed hands from `before` to `after`: held (owned, or being released) by
+    one identity before and by another after. A two-epoch handoff counts once, at the epoch that
+    grants the partition to its new owner (at the first it is still its old owner's, releasing);
+    a partition given out for the first time, or dropped, is no move. What the moves metric and a
+    cluster's disruption budget count (design §15)."""
+    if before is None:
+        return 0
+    held_before, held_after = _holders(before), _holders(after)
+    return sum(1 for tp, holder in held_after.items() if held_before.get(tp, holder) != holder)
+
+
+def _holders(plan: PublishedPlan) -> dict[TopicPartition, str]:
+    held = {tp: str(release.identity) for tp, release in plan.releasing.items()}
+    held.update({tp: str(identity) for identity, tps in plan.plan.assignment.items() for tp in tps})
+    return held
 
 
 def moves_between(before: Assignment, after: Assignment, *, among: frozenset[str] | None = None) -> int:

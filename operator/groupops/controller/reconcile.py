@@ -68,7 +68,7 @@ from groupops.controller.names import (
 )
 from groupops.controller.native import BrokerAgreement, compare_with_broker, read_broker_agreement
 from groupops.controller.podguard import check_pod_template
-from groupops.controller.publish import Fence, floor_plan, member_states, normalized, step
+from groupops.controller.publish import Fence, floor_plan, handed_over, member_states, normalized, step
 from groupops.controller.render_common import PolicyRef
 from groupops.controller.render_plan import (
     ObservedPlan,
@@ -250,8 +250,7 @@ def _reconcile(run: RunContext) -> ReconcileResult:
             )
             fence.silent_heartbeat_holders(view, previous)
         now_plan = _publish(run, decision, result, configmap, observed)
-        counted = now_plan.epoch == previous.epoch or decision.budget_granted  # the budget counted a grant's
-        _note_fleet(run, spec, now_plan, 0 if counted else decision.moves)
+        _note_fleet(run, spec, now_plan, handed_over(previous, now_plan) if now_plan is not previous else 0)
         _record_plan_progress(run, spec, now_plan, leases_by_identity, fenced=fence.fenced)
         if run.deps.heartbeats is not None:
             run.deps.heartbeats.note_published(run.policy.namespace, run.policy.name, now_plan.epoch)
@@ -825,7 +824,9 @@ def _publish(
         run.log.warning("published resync plan epoch %d: %s", epoch, result.resync)
         return result.published
     metrics.rebalances.labels(ns, name, decision.trigger or "Handoff").inc()
-    metrics.moves.labels(ns, name).inc(decision.moves)
+    metrics.moves.labels(ns, name).inc(
+        handed_over(observed.published if observed else None, result.published)
+    )
     before = "-" if decision.max_lag_before is None else f"{decision.max_lag_before:,.0f}"
     waiting = f", {len(result.waiting)} partitions waiting for release" if result.waiting else ""
     run.event(

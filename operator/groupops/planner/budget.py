@@ -89,6 +89,8 @@ class DisruptionBudget:
     _in_flight: dict[PolicyKey, float] = field(default_factory=dict)
     _moves: deque[tuple[float, int]] = field(default_factory=deque)
     _waiters: dict[PolicyKey, _Waiter] = field(default_factory=dict)
+    _prepaid: dict[PolicyKey, int] = field(default_factory=dict)
+    """Moves a grant counted ahead, per policy: its plans' hand-overs are not counted again."""
 
     def request(self, key: PolicyKey, *, moves: int, badness: float, now: float) -> Verdict:
         """A rebalance `key` chose, moving `moves` partitions: granted (its handoff is then in
@@ -102,20 +104,27 @@ class DisruptionBudget:
         self._waiters.pop(key, None)
         self._in_flight[key] = now
         self.note_moves(moves, now=now)
+        self._prepaid[key] = self._prepaid.get(key, 0) + moves
         return Verdict(True)
 
     def note_in_flight(self, key: PolicyKey, *, now: float) -> None:
         """`key`'s published plan has partitions releasing (whatever started it)."""
         self._in_flight.setdefault(key, now)
 
-    def note_moves(self, moves: int, *, now: float) -> None:
-        """Partitions a published plan moved (granted or never held)."""
+    def note_moves(self, moves: int, *, now: float, key: PolicyKey | None = None) -> None:
+        """Partitions a published plan of `key` handed over; what its grant counted ahead is not
+        counted again."""
+        prepaid = self._prepaid.get(key, 0) if key is not None else 0
+        if key is not None and prepaid:
+            self._prepaid[key] = prepaid - min(prepaid, moves)
+            moves -= min(prepaid, moves)
         if moves > 0:
             self._moves.append((now, moves))
 
     def settle(self, key: PolicyKey) -> bool:
         """`key` has nothing in flight (its plan has nothing releasing, or it stopped). True when
         that freed a handoff: the waiters should ask again."""
+        self._prepaid.pop(key, None)
         return self._in_flight.pop(key, None) is not None
 
     def forget(self, key: PolicyKey) -> bool:

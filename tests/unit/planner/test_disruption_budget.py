@@ -149,3 +149,14 @@ def test_a_new_leader_grants_nothing_until_it_has_learned_what_is_in_flight() ->
     assert not held.granted and "3 of 3 handoffs" in (held.reason or "")
     budget.settle(A)
     assert budget.request(D, moves=1, badness=9.0, now=17).granted
+
+
+def test_a_grants_moves_are_counted_once_when_its_plan_hands_them_over() -> None:
+    budget = DisruptionBudget(BudgetLimits(max_partitions_per_minute=10))
+    assert budget.request(A, moves=4, badness=2.0, now=0).granted
+    budget.note_moves(4, now=1, key=A)  # the epoch that grants them: counted at the grant already
+    assert budget.use(now=2).moved_last_minute == 4
+    budget.note_moves(2, now=3, key=B)  # a failover elsewhere counts
+    budget.settle(A)
+    budget.note_moves(1, now=4, key=A)  # after its handoff settled, A's moves count again
+    assert budget.use(now=5).moved_last_minute == 7
