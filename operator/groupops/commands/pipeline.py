@@ -4,6 +4,8 @@
         --input DIR|kafka://topic [--bootstrap-server B] --out DIR [--master URL]
         [--window 60s] [--horizon 5m] [--step 60s] [--strategy lag] [--lag current|forecast]
         [--strategies range,roundrobin,sticky,lag,balanced] [--rows N] [--output table|json|yaml]
+        [--since DATE|TIME | --incremental] [--lookback 1d]            (rates, timelag, forecast)
+        [--py-files ZIP] [--archives ARCHIVE#DIR] [--executor-python PATH]  (cluster executors)
 
 People get Spark's progress bar (on a terminal) and a rich summary; machines get one JSON (or
 YAML) document with `--output json` (`yaml`). Bad options or input exit 2, Spark failures exit 1,
@@ -31,7 +33,7 @@ from groupops.commands.errors import RUNTIME_FAILURE, fail
 from groupops.commands.options import DocumentOutput
 
 if TYPE_CHECKING:  # Spark loads only when a job runs
-    from groupops.pipeline.jobs import JobOptions
+    from groupops.pipeline.jobs import JobOptions, Shipping
 
 __all__ = ["pipeline_command", "register", "seconds_option"]
 
@@ -95,12 +97,41 @@ def pipeline_command(
         ),
     ] = 1_000_000,
     driver_memory: Annotated[str, typer.Option("--driver-memory", help="Spark driver heap.")] = "2g",
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            help="rates, timelag, forecast: resume at a UTC date (2026-01-04) or ISO time, reading only "
+            "what that needs and replacing only what it recomputes.",
+        ),
+    ] = None,
+    incremental: Annotated[
+        bool,
+        typer.Option(
+            "--incremental", help="rates, timelag, forecast: resume where the output ends (full run if none)."
+        ),
+    ] = False,
+    lookback: Annotated[
+        str | None,
+        typer.Option("--lookback", help="timelag, incremental: history read before the resume point (1d)."),
+    ] = None,
+    py_files: Annotated[
+        list[str] | None,
+        typer.Option("--py-files", help="Zip archives for the executors' Python path (the groupops wheel)."),
+    ] = None,
+    archives: Annotated[
+        list[str] | None,
+        typer.Option("--archives", help="Archives unpacked beside the executors (venv.tar.gz#env)."),
+    ] = None,
+    executor_python: Annotated[
+        str | None, typer.Option("--executor-python", help="The Python executors run (./env/bin/python).")
+    ] = None,
     output: Annotated[DocumentOutput, options.output()] = DocumentOutput.table,
 ) -> None:
     """Run one pipeline job on PySpark (docs/design.md §10; docs/pipeline.md)."""
     from groupops.assign import UnknownStrategyError, get_strategy  # noqa: PLC0415
     from groupops.pipeline import jobs, synthetic  # noqa: PLC0415
-    from groupops.pipeline.io import PipelineInputError, parse_input  # noqa: PLC0415
+    from groupops.pipeline.io import PipelineInputError, parse_input, parse_since  # noqa: PLC0415
 
     if job not in jobs.JOB_NAMES:
         fail(f"unknown job {job!r}: choose one of {', '.join(jobs.JOB_NAMES)} (job)")
@@ -119,6 +150,20 @@ def pipeline_command(
         fail(f"{e.message} ({e.where})")
     if spec is None and job != "generate":
         fail(f"job {job!r} reads snapshots: give a directory or kafka://topic (--input)")
+    resume_at = None
+    if since is not None or incremental:
+        flag = "--since" if since is not None else "--incremental"
+        if since is not None and incremental:
+            fail("give one of --since and --incremental, not both (--since, --incremental)")
+        if job not in jobs.INCREMENTAL_JOBS:
+            fail(f"{flag} applies to {', '.join(jobs.INCREMENTAL_JOBS)}, not {job} ({flag})")
+        if since is not None:
+            try:
+                resume_at = parse_since(since)
+            except PipelineInputError as e:
+                fail(f"{e.message} ({e.where})")
+    if lookback is not None and job != "timelag":
+        fail(f"--lookback applies to timelag, not {job} (--lookback)")
     history = synthetic.HistorySpec(groups=max(1, math.ceil(rows / (50 * 1000))), partitions=50, steps=1000)
     job_options = jobs.JobOptions(
         input=spec,
@@ -130,12 +175,31 @@ def pipeline_command(
         lag=lag.value,
         strategies=names,
         history=history,
+        since=resume_at,
+        incremental=incremental,
+        lookback_s=seconds_option(lookback, "--lookback") if lookback else float(jobs.DAY_S),
     )
-    _run(job, job_options, master=master, driver_memory=driver_memory, output=output)
+    for path, option in [
+        *((p, "--py-files") for p in py_files or ()),
+        *((a, "--archives") for a in archives or ()),
+    ]:
+        local = path.split("#", 1)[0]
+        if "://" not in local and not Path(local).is_file():
+            fail(f"no such file: {local} (a local path, or a URL Spark can fetch) ({option})")
+    shipping = jobs.Shipping(
+        py_files=tuple(py_files or ()), archives=tuple(archives or ()), executor_python=executor_python
+    )
+    _run(job, job_options, master=master, driver_memory=driver_memory, output=output, shipping=shipping)
 
 
 def _run(
-    job: str, job_options: JobOptions, *, master: str | None, driver_memory: str, output: DocumentOutput
+    job: str,
+    job_options: JobOptions,
+    *,
+    master: str | None,
+    driver_memory: str,
+    output: DocumentOutput,
+    shipping: Shipping,
 ) -> None:
     from py4j.protocol import Py4JError  # type: ignore[import-untyped]  # noqa: PLC0415
     from pyspark.errors import PySparkException  # noqa: PLC0415
@@ -160,6 +224,7 @@ def _run(
         )
     try:
         spark = build_session(settings)
+        jobs.ship_to_executors(spark, shipping)
         result = jobs.run_job(job, spark, job_options)
     except PipelineInputError as e:
         fail(f"{e.message} ({e.where})")

@@ -3,10 +3,12 @@
 Steps:
 1. `replay_points(snapshots, step_s)`: cut history into steps of `step_s` seconds and keep each
    partition's last sample in each step (lag, committed, owner);
-2. `backtest(points, strategies)`: one grouped pandas UDF call per group replays its steps in
-   time order under each strategy. At the first step the owners are the real ones; after that a
-   strategy's members own what that strategy gave them one step earlier (so sticky strategies are
-   judged on their stickiness), restricted to the members alive at the step. Each step is scored
+2. `backtest(points, strategies)`: each group's steps replayed in time order under each strategy,
+   many groups per pandas UDF call (the rows partitioned and sorted by group, cut into whole
+   groups per Arrow batch as `plan` does: `plan.whole_groups`). At the first step the owners are
+   the real ones; after that a strategy's members own what that strategy gave them one step
+   earlier (so sticky strategies are judged on their stickiness), restricted to the members
+   alive at the step. Each step is scored
    with groupops.assign.stats: max member lag, its lower bound, imbalance (max / bound) and moves;
    time to drain = max member lag / (the group's consume rate over the step / members): how long
    the most loaded member needs at the group's average per-member speed, new messages ignored.
@@ -17,7 +19,7 @@ Steps:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pandas as pd
@@ -26,7 +28,7 @@ from pyspark.sql import functions as sf
 
 from groupops.assign import get_strategy
 from groupops.pipeline.frames import PARTITION_KEYS, with_seconds_and_lag
-from groupops.pipeline.plan import group_document, plan_group
+from groupops.pipeline.plan import by_group_in_batches, group_document, group_key, plan_group, whole_groups
 
 __all__ = ["BACKTEST_STRATEGIES", "STEP_SCHEMA", "backtest", "replay_points", "summarize"]
 
@@ -136,8 +138,16 @@ def backtest(points: DataFrame, *, strategies: Sequence[str] = BACKTEST_STRATEGI
         result["step_ts"] = pd.to_datetime(result["step_ts"], utc=True)
         return result
 
+    def per_batch(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for frame in whole_groups(batches):
+            by_key = frame.groupby(["cluster", "group"], sort=False, dropna=False)
+            yield pd.concat(
+                [per_group(group_key(cluster, group), part) for (cluster, group), part in by_key],
+                ignore_index=True,
+            )
+
     selected = points.select(*PARTITION_KEYS, "step_t", "lag", "consumed", "member", "t")
-    return selected.groupBy("cluster", "group").applyInPandas(per_group, STEP_SCHEMA)
+    return by_group_in_batches(selected).mapInPandas(per_batch, STEP_SCHEMA)
 
 
 def summarize(steps: DataFrame) -> DataFrame:

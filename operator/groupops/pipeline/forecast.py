@@ -30,43 +30,69 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as sf
 
 from groupops.lag.forecast import FORECAST_COLUMNS
-from groupops.pipeline.frames import GROUP_KEYS, PARTITION_KEYS, with_seconds_and_lag
+from groupops.pipeline.frames import PARTITION_KEYS, recent, with_seconds_and_lag
 
 __all__ = ["STATUSES", "forecast"]
 
 STATUSES = ("OK", "WARN", "STOP", "STALL", "REWIND", "UNKNOWN")
+_STREAM = "partition_hash"  # xxhash64 of PARTITION_KEYS: the sort's leading key
 
 
 def forecast(snapshots: DataFrame, *, window_s: float, horizon_s: float) -> DataFrame:
     """Lag forecast and status per partition (see the module docstring)."""
     if window_s <= 0 or horizon_s < 0:
         raise ValueError(f"window must be positive and horizon not negative, not {window_s} / {horizon_s}")
-    rows = with_seconds_and_lag(snapshots).withColumn(
-        "consumed", sf.coalesce(sf.col("committed"), sf.col("log_start"))
+    rows = with_seconds_and_lag(snapshots).select(
+        *PARTITION_KEYS,
+        "t",
+        sf.coalesce(sf.col("committed"), sf.col("log_start")).alias("consumed"),
+        "lag",
+        "log_end",
+        "member",
     )
-    newest = sf.max("t").over(Window.partitionBy(*GROUP_KEYS))
-    recent = rows.withColumn("now_t", newest).where(sf.col("t") >= sf.col("now_t") - sf.lit(float(window_s)))
+    # The window's rows only, dropped where they are read (an aggregate of each group's newest
+    # time joined back), then one shuffle and one sort per partition in sample order.
+    recent_rows = recent(rows, time_column="t", span_s=window_s).drop("newest_t")
     sample = sf.struct("t", "consumed", "lag", "log_end", "member")
-    per_partition = recent.groupBy(*PARTITION_KEYS).agg(
-        sf.array_sort(sf.collect_list(sample)).alias("samples"),
-        sf.max("now_t").alias("now_t"),
+    stream = recent_rows.withColumn(_STREAM, sf.xxhash64(*PARTITION_KEYS))
+    in_order = Window.partitionBy(_STREAM, *PARTITION_KEYS).orderBy(
+        "t", "consumed", "lag", "log_end", "member"
     )
-    n = sf.size("samples")
-    first, last = sf.col("samples")[0], sf.element_at("samples", -1)
+    # Consecutive samples (i-1, i) in the order of the samples sorted as structs: `lag` (the
+    # window function) gives sample i-1 on row i, null on the first row, so a pair with a null
+    # side is neither a rewind nor a fall, as in the array form this replaces.
+    paired = stream.select(
+        *PARTITION_KEYS,
+        _STREAM,
+        sample.alias("sample"),
+        (sf.col("consumed") < sf.lag("consumed").over(in_order)).alias("went_back"),
+        (sf.col("lag") < sf.lag("lag").over(in_order)).alias("fell"),
+        "consumed",
+        "lag",
+    )
+    # Grouped by the same leading keys the window sorted by, so the aggregate reuses that order.
+    per_partition = paired.groupBy(_STREAM, *PARTITION_KEYS).agg(
+        sf.count(sf.lit(1)).cast("int").alias("n"),
+        sf.min("sample").alias("first"),
+        sf.max("sample").alias("last"),
+        sf.bool_or("went_back").alias("rewound"),
+        sf.bool_or("fell").alias("fell"),
+        sf.bool_or(sf.col("lag") == 0).alias("caught_up"),
+        # Every sample's committed offset equals the first's: all known and min = max.
+        ((sf.count("consumed") == sf.count(sf.lit(1))) & (sf.min("consumed") == sf.max("consumed"))).alias(
+            "stood_still"
+        ),
+    )
+    n = sf.col("n")
+    first, last = sf.col("first"), sf.col("last")
     span = last["t"] - first["t"]
     per_second = sf.when(span > 0, sf.lit(1.0) / span)
     produce_rate = (last["log_end"] - first["log_end"]) * per_second
     consume_rate = (last["consumed"] - first["consumed"]) * per_second
-    # Indexes 1..n-1 of the pairs (i-1, i); empty for one sample (sequence(1, 0) would count down).
-    steps = sf.when(n >= 2, sf.sequence(sf.lit(1), n - 1)).otherwise(sf.array().cast("array<int>"))
-    rewound = sf.exists(
-        steps, lambda i: sf.col("samples")[i]["consumed"] < sf.col("samples")[i - 1]["consumed"]
-    )
-    lag_never_fell = sf.forall(
-        steps, lambda i: sf.col("samples")[i]["lag"] >= sf.col("samples")[i - 1]["lag"]
-    )
-    caught_up = sf.exists("samples", lambda s: s["lag"] == 0)
-    stood_still = sf.forall("samples", lambda s: s["consumed"] == first["consumed"])
+    rewound = sf.col("rewound")
+    lag_never_fell = ~sf.coalesce(sf.col("fell"), sf.lit(False))
+    caught_up = sf.col("caught_up")
+    stood_still = sf.col("stood_still")
     unowned = last["member"] == sf.lit("")
     status = (
         sf.when(n < 2, "UNKNOWN")

@@ -14,6 +14,7 @@ __all__ = [
     "TOPIC_PARTITION_KEYS",
     "at_newest",
     "lag_column",
+    "recent",
     "seconds",
     "with_seconds_and_lag",
 ]
@@ -45,11 +46,33 @@ def at_newest(frame: DataFrame, *, time_column: str, keys: tuple[str, ...] = GRO
     ties included; null keys form a group of their own, as in a window partitioned by `keys`).
 
     An aggregate joined back rather than `max(...).over(partitionBy(keys))`: the aggregate shuffles
-    one partial maximum per key and task instead of every row, and Spark's adaptive execution
-    broadcasts it when it is small (a cluster's groups), so the rows themselves are not shuffled.
+    one partial maximum per key and task instead of every row, and it is broadcast, so the rows
+    themselves are not shuffled (see `recent`).
     """
-    newest = frame.groupBy(*keys).agg(sf.max(time_column).alias("__newest"))
+    return recent(frame, time_column=time_column, span_s=None, keys=keys)
+
+
+def recent(
+    frame: DataFrame, *, time_column: str, span_s: float | None, keys: tuple[str, ...] = GROUP_KEYS
+) -> DataFrame:
+    """The rows of `frame` at most `span_s` before the largest `time_column` in their `keys` (None:
+    only the rows at the largest, as `at_newest`), with that largest as `newest_<time_column>`
+    when `span_s` is given. Null keys form a group of their own; a null time is never kept.
+
+    The same aggregate joined back as `at_newest`, with the window as the join condition: rows
+    outside it are dropped where they are read, before any shuffle, so a job over a long history
+    shuffles only its window. The maxima are broadcast by a hint (about 100 bytes per group): left
+    to adaptive execution, the first plan is a sort-merge join (the aggregate's size is estimated
+    from the files') whose shuffle of every row runs before the broadcast is chosen
+    (docs/design.md §10).
+    """
+    newest = sf.broadcast(frame.groupBy(*keys).agg(sf.max(time_column).alias("__newest")))
     rows, maxima = frame.alias("__rows"), newest.alias("__maxima")
     same_key = [sf.col(f"__rows.{k}").eqNullSafe(sf.col(f"__maxima.{k}")) for k in keys]
-    newest_time = sf.col(f"__rows.{time_column}") == sf.col("__maxima.__newest")
-    return rows.join(maxima, [*same_key, newest_time]).select("__rows.*")
+    if span_s is None:
+        in_span = sf.col(f"__rows.{time_column}") == sf.col("__maxima.__newest")
+        return rows.join(maxima, [*same_key, in_span]).select("__rows.*")
+    in_span = sf.col(f"__rows.{time_column}") >= sf.col("__maxima.__newest") - sf.lit(float(span_s))
+    return rows.join(maxima, [*same_key, in_span]).select(
+        "__rows.*", sf.col("__maxima.__newest").alias(f"newest_{time_column}")
+    )

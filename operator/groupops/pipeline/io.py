@@ -6,15 +6,26 @@ Sources (`read_snapshots`):
   topic from the earliest offset to the latest, through Spark's Kafka source, each value parsed
   with the snapshot JSON schema (groupops.pipeline.schema); values that are not snapshot JSON
   are dropped.
-Outputs are Parquet directories, replaced on every run.
+`since` (an incremental run, docs/pipeline.md "Incremental runs") keeps rows with `ts >= since`;
+on a Parquet dataset it filters the `date` partition column first, so Spark opens only the files
+of those dates (the scan's PartitionFilters; it still lists every directory when it discovers the
+partitions), and pushes the `ts` bound into the Parquet reader (PushedFilters: row groups whose
+statistics end before it are skipped).
+
+Outputs are Parquet directories. `write_parquet` replaces one; `write_dated` writes a table
+partitioned by the UTC date of a time column, replacing either everything or, in an incremental
+run, only the dates it wrote (dynamic partition overwrite); `replace_groups` rewrites a small
+per-group table with the groups of an incremental run replaced and every other group kept.
 """
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
+from datetime import UTC, date, datetime, time
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
 from groupops.pipeline.schema import COLUMNS, json_value_schema, kafka_target, spark_schema
@@ -22,11 +33,20 @@ from groupops.pipeline.schema import COLUMNS, json_value_schema, kafka_target, s
 __all__ = [
     "InputSpec",
     "PipelineInputError",
+    "dataset_dates",
+    "midnight",
     "parse_input",
+    "parse_since",
     "read_snapshots",
+    "replace_groups",
     "rows_from_json_values",
+    "timestamp_literal",
+    "write_dated",
     "write_parquet",
 ]
+
+DATE_COLUMN = "date"
+"""The partition column of the snapshot dataset and of the dated outputs: `date=yyyy-mm-dd`."""
 
 
 class PipelineInputError(ValueError):
@@ -67,8 +87,55 @@ def parse_input(text: str, *, bootstrap: str | None) -> InputSpec:
     return InputSpec(path=path)
 
 
-def read_snapshots(spark: SparkSession, source: InputSpec) -> DataFrame:
-    """Snapshot rows with exactly the columns of groupops.pipeline.schema.COLUMNS."""
+def parse_since(text: str) -> datetime:
+    """`--since`: a UTC date (`2026-01-04`, its midnight) or an ISO 8601 time
+    (`2026-01-04T06:00:00Z`, `2026-01-04 06:00`, `2026-01-04T07:00:00+01:00`; without an offset,
+    UTC). Returns an aware UTC datetime; PipelineInputError naming --since when it is neither."""
+    try:
+        parsed = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise PipelineInputError(
+            f"not a date or time: {text!r}; write a UTC date (2026-01-04) or an ISO 8601 time "
+            "(2026-01-04T06:00:00Z)",
+            "--since",
+        ) from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.astimezone(UTC)
+
+
+def timestamp_literal(moment: datetime) -> Column:
+    """An aware datetime as a Spark timestamp literal (whole microseconds since the epoch, so
+    neither the driver's nor the session's time zone can shift it)."""
+    return sf.timestamp_micros(sf.lit(round(moment.timestamp() * 1_000_000)))
+
+
+def midnight(moment: datetime) -> datetime:
+    """The start of `moment`'s UTC date."""
+    return datetime.combine(moment.astimezone(UTC).date(), time(), tzinfo=UTC)
+
+
+def dataset_dates(path: Path) -> list[date]:
+    """The dates of a Parquet dataset partitioned by `date=yyyy-mm-dd` (its directory names),
+    oldest first; [] when the dataset does not exist. Hidden and unparsable directories are left
+    out (Spark ignores them too)."""
+    if not path.is_dir():
+        return []
+    found = []
+    for child in path.iterdir():
+        name = child.name
+        if child.is_dir() and name.startswith(f"{DATE_COLUMN}="):
+            try:
+                found.append(date.fromisoformat(name.split("=", 1)[1]))
+            except ValueError:
+                continue
+    return sorted(found)
+
+
+def read_snapshots(spark: SparkSession, source: InputSpec, *, since: datetime | None = None) -> DataFrame:
+    """Snapshot rows with exactly the columns of groupops.pipeline.schema.COLUMNS; only those at
+    or after `since` when given (see the module docstring for what that reads)."""
+    bound = None if since is None else timestamp_literal(since)
     if source.topic is not None:
         raw = (
             spark.read.format("kafka")
@@ -78,9 +145,15 @@ def read_snapshots(spark: SparkSession, source: InputSpec) -> DataFrame:
             .option("endingOffsets", "latest")
             .load()
         )
-        return rows_from_json_values(raw.select(sf.col("value").cast("string").alias("value")))
+        rows = rows_from_json_values(raw.select(sf.col("value").cast("string").alias("value")))
+        return rows if bound is None else rows.where(sf.col("ts") >= bound)
     schema = spark_schema()
     frame = spark.read.option("basePath", str(source.path)).parquet(str(source.path))
+    if since is not None and bound is not None:
+        if DATE_COLUMN in frame.columns:
+            # The partition filter first: the scan then opens only the files of those dates.
+            frame = frame.where(sf.col(DATE_COLUMN) >= sf.lit(since.astimezone(UTC).date()))
+        frame = frame.where(sf.col("ts") >= bound)
     return frame.select(*[sf.col(field.name).cast(field.dataType) for field in schema.fields])
 
 
@@ -99,3 +172,42 @@ def write_parquet(frame: DataFrame, path: Path) -> int:
     """Write (replacing) and return the row count of what was written."""
     frame.write.mode("overwrite").parquet(str(path))
     return int(frame.sparkSession.read.parquet(str(path)).count())
+
+
+def write_dated(frame: DataFrame, path: Path, *, time_column: str, since: datetime | None = None) -> int:
+    """Write `frame` partitioned by the UTC date of `time_column` (the session's time zone is UTC).
+
+    since None: the dataset is replaced. Otherwise `frame` must hold only rows at or after
+    `since`'s midnight, and only the dates it holds are replaced (`partitionOverwriteMode`
+    dynamic): earlier dates stay as an earlier run wrote them. Returns the rows now stored in the
+    dates written (all rows on a full write)."""
+    dated = frame.withColumn(DATE_COLUMN, sf.to_date(sf.col(time_column)))
+    writer = dated.write.mode("overwrite").partitionBy(DATE_COLUMN)
+    if since is not None:
+        writer = writer.option("partitionOverwriteMode", "dynamic")
+    writer.parquet(str(path))
+    stored = frame.sparkSession.read.parquet(str(path))
+    if since is not None:
+        stored = stored.where(sf.col(DATE_COLUMN) >= sf.lit(since.astimezone(UTC).date()))
+    return int(stored.count())
+
+
+def replace_groups(recomputed: DataFrame, path: Path, *, keys: tuple[str, ...]) -> int:
+    """Rewrite the table at `path` as its rows of every `keys` value not in `recomputed`, plus
+    `recomputed` (the groups an incremental run saw again). Written beside it, then swapped in:
+    Spark cannot overwrite a path it is reading. Returns the rows of the new table."""
+    spark = recomputed.sparkSession
+    table = recomputed
+    if (path / "_SUCCESS").is_file():
+        previous = spark.read.parquet(str(path))
+        kept = previous.join(recomputed.select(*keys).distinct(), list(keys), "left_anti")
+        table = kept.unionByName(recomputed.select(*previous.columns))
+    staged = path.with_name(f".{path.name}.next")
+    table.write.mode("overwrite").parquet(str(staged))
+    retired = path.with_name(f".{path.name}.old")
+    shutil.rmtree(retired, ignore_errors=True)
+    if path.exists():
+        path.rename(retired)
+    staged.rename(path)
+    shutil.rmtree(retired, ignore_errors=True)
+    return int(spark.read.parquet(str(path)).count())

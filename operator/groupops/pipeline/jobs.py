@@ -12,6 +12,27 @@ both call `run_job`. Outputs go under `options.out`:
     plan       plan/
     backtest   backtest_steps/, backtest/
     report     report/index.html + report/*.png (uses backtest/ when present, else computes it)
+
+`rates/` and `timelag/` are partitioned by the UTC date of their time (`date=yyyy-mm-dd`, like the
+snapshots), so that an incremental run can replace whole dates and nothing else.
+
+Incremental runs (rates, timelag, forecast; docs/pipeline.md "Incremental runs", design §10): the
+run resumes at `since` (explicit, or with `incremental` the start of the newest date already in the
+job's output) and reads only the snapshots it needs from there:
+
+    job       reads from                  writes
+    rates     midnight(since)             the dates from midnight(since) on, replaced
+    timelag   midnight(since) − lookback  the same; timelag_members/_groups: recomputed groups replaced
+    forecast  since − window              forecast/: groups whose newest snapshot is ≥ since replaced
+
+Each gives exactly the rows a full run over the same dataset gives, provided the earlier run saw
+every row before `since` (late rows older than that need a full run) and, for `timelag`, every
+group is less than `lookback` behind in time: rows whose time lag reaches back to the first
+snapshot read are counted in the figure `rows_beyond_lookback` (0 means exact).
+
+Shipping (`Shipping`, `ship_to_executors`): what executors on a cluster need to run `plan` and
+`backtest`, whose pandas UDFs import groupops there: py-files (the wheel, as a .zip), archives
+(a packed venv) and the Python they run.
 """
 
 from __future__ import annotations
@@ -19,6 +40,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +48,34 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
 from groupops.pipeline import backtest, forecast, plan, rates, report, synthetic, timelag
-from groupops.pipeline.io import InputSpec, PipelineInputError, read_snapshots, write_parquet
+from groupops.pipeline.frames import GROUP_KEYS, TOPIC_PARTITION_KEYS, seconds
+from groupops.pipeline.io import (
+    InputSpec,
+    PipelineInputError,
+    dataset_dates,
+    midnight,
+    read_snapshots,
+    replace_groups,
+    timestamp_literal,
+    write_dated,
+    write_parquet,
+)
 
-__all__ = ["JOB_NAMES", "JobOptions", "JobResult", "run_job"]
+__all__ = [
+    "INCREMENTAL_JOBS",
+    "JOB_NAMES",
+    "JobOptions",
+    "JobResult",
+    "Shipping",
+    "resume_point",
+    "run_job",
+    "ship_to_executors",
+]
+
+INCREMENTAL_JOBS = ("rates", "timelag", "forecast")
+"""The jobs that take `since` / `incremental` (see the module docstring)."""
+
+DAY_S = 86_400
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,6 +86,9 @@ class JobOptions:
     `forecast` looks; step_s: `backtest`/`report` replay step; strategy: `plan`'s strategy;
     lag: `plan` on `current` lag or on the `forecast` job's output (computed here);
     strategies: what `backtest` compares; history: what `generate` writes.
+    since: resume at this moment (aware, UTC) instead of reading everything; incremental: resume
+    where the output ends (`resume_point`); lookback_s: how far before `since` `timelag` reads
+    (a day: groups up to a day behind get exact time lags).
     """
 
     input: InputSpec | None
@@ -50,6 +100,37 @@ class JobOptions:
     lag: str = "current"
     strategies: tuple[str, ...] = backtest.BACKTEST_STRATEGIES
     history: synthetic.HistorySpec = field(default_factory=synthetic.HistorySpec)
+    since: datetime | None = None
+    incremental: bool = False
+    lookback_s: float = float(DAY_S)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Shipping:
+    """What a cluster's executors get (docs/pipeline.md, "Run on a cluster").
+
+    py_files: zip archives put on the executors' Python path (the groupops wheel under a .zip
+        name: PySpark adds only .zip, .egg and .jar py-files to the path);
+    archives: archives unpacked in the executors' working directory (`venv.tar.gz#env`);
+    executor_python: the Python executors run (`./env/bin/python` for a shipped venv); None:
+        the driver's own interpreter path.
+    """
+
+    py_files: tuple[str, ...] = ()
+    archives: tuple[str, ...] = ()
+    executor_python: str | None = None
+
+
+def ship_to_executors(spark: SparkSession, shipping: Shipping) -> None:
+    """Give a running session's executors `shipping`. The Python path is what every Python UDF
+    created afterwards carries to the executors (SparkContext.pythonExec)."""
+    context = spark.sparkContext
+    for path in shipping.archives:
+        context.addArchive(path)
+    for path in shipping.py_files:
+        context.addPyFile(path)
+    if shipping.executor_python is not None:
+        context.pythonExec = shipping.executor_python
 
 
 @dataclass(slots=True)
@@ -72,10 +153,39 @@ class JobResult:
         }
 
 
-def _snapshots(spark: SparkSession, options: JobOptions) -> DataFrame:
+def _snapshots(spark: SparkSession, options: JobOptions, *, since: datetime | None = None) -> DataFrame:
     if options.input is None:
         raise PipelineInputError("this job needs snapshots", "--input")
-    return read_snapshots(spark, options.input)
+    return read_snapshots(spark, options.input, since=since)
+
+
+def resume_point(spark: SparkSession, job: str, options: JobOptions) -> datetime | None:
+    """Where an incremental run of `job` starts: `options.since` when given (rates and timelag
+    round it down to its UTC midnight: their outputs are replaced by whole dates); with
+    `options.incremental`, the start of the newest date already in the job's output (for
+    forecast, the date of its newest snapshot); None for a full run (neither given, or no output
+    yet)."""
+    if job not in INCREMENTAL_JOBS or (options.since is None and not options.incremental):
+        return None
+    if options.since is not None:
+        return options.since if job == "forecast" else midnight(options.since)
+    stored = options.out / job
+    if job == "forecast":
+        if not (stored / "_SUCCESS").is_file():
+            return None
+        # As microseconds: collect() would turn a timestamp into the driver's local time.
+        newest = spark.read.parquet(str(stored)).agg(sf.unix_micros(sf.max("ts")).alias("us")).first()
+        micros = None if newest is None else newest["us"]
+        return None if micros is None else midnight(datetime.fromtimestamp(micros / 1_000_000, UTC))
+    dates = dataset_dates(stored)
+    return None if not dates else datetime(dates[-1].year, dates[-1].month, dates[-1].day, tzinfo=UTC)
+
+
+def _mark_run(result: JobResult, since: datetime | None, **read: datetime) -> None:
+    result.figures["mode"] = "full" if since is None else "incremental"
+    result.figures["since"] = None if since is None else since.isoformat()
+    for name, moment in read.items():
+        result.figures[name] = moment.isoformat()
 
 
 def _write(result: JobResult, name: str, frame: DataFrame, out: Path) -> None:
@@ -93,7 +203,18 @@ def _generate(spark: SparkSession, options: JobOptions, result: JobResult) -> No
 
 
 def _rates(spark: SparkSession, options: JobOptions, result: JobResult) -> None:
-    _write(result, "rates", rates.rates(_snapshots(spark, options), window_s=options.window_s), options.out)
+    since = resume_point(spark, "rates", options)
+    if since is not None and DAY_S % options.window_s:
+        raise PipelineInputError(
+            f"an incremental run replaces whole dates, so the window must divide a day (86400 s) "
+            f"and never straddle midnight; got {options.window_s:g} s",
+            "--window",
+        )
+    _mark_run(result, since)
+    frame = rates.rates(_snapshots(spark, options, since=since), window_s=options.window_s)
+    path = options.out / "rates"
+    result.rows["rates"] = write_dated(frame, path, time_column="window_start", since=since)
+    result.outputs["rates"] = str(path)
     stored = spark.read.parquet(result.outputs["rates"])
     figures = stored.agg(
         sf.countDistinct("cluster", "group", "topic", "partition").alias("partitions"),
@@ -104,10 +225,31 @@ def _rates(spark: SparkSession, options: JobOptions, result: JobResult) -> None:
 
 
 def _timelag(spark: SparkSession, options: JobOptions, result: JobResult) -> None:
-    _write(result, "timelag", timelag.timelag(_snapshots(spark, options)), options.out)
-    per_partition = spark.read.parquet(result.outputs["timelag"])
-    _write(result, "timelag_members", timelag.timelag_by_member(per_partition), options.out)
-    _write(result, "timelag_groups", timelag.timelag_by_group(per_partition), options.out)
+    since = resume_point(spark, "timelag", options)
+    path = options.out / "timelag"
+    result.outputs["timelag"] = str(path)
+    if since is None:
+        _mark_run(result, since)
+        result.rows["timelag"] = write_dated(
+            timelag.timelag(_snapshots(spark, options)), path, time_column="ts"
+        )
+        per_partition = spark.read.parquet(str(path))
+        _write(result, "timelag_members", timelag.timelag_by_member(per_partition), options.out)
+        _write(result, "timelag_groups", timelag.timelag_by_group(per_partition), options.out)
+    else:
+        read_from = since - timedelta(seconds=options.lookback_s)
+        _mark_run(result, since, read_from=read_from)
+        snapshots = _snapshots(spark, options, since=read_from)
+        fresh = timelag.timelag(snapshots).where(sf.col("ts") >= timestamp_literal(since))
+        result.rows["timelag"] = write_dated(fresh, path, time_column="ts", since=since)
+        per_partition = spark.read.parquet(str(path)).where(sf.col("date") >= sf.lit(since.date()))
+        result.figures["rows_beyond_lookback"] = _beyond_lookback(per_partition, snapshots)
+        for name, table in (
+            ("timelag_members", timelag.timelag_by_member(per_partition)),
+            ("timelag_groups", timelag.timelag_by_group(per_partition)),
+        ):
+            result.rows[name] = replace_groups(table, options.out / name, keys=GROUP_KEYS)
+            result.outputs[name] = str(options.out / name)
     groups = spark.read.parquet(result.outputs["timelag_groups"]).orderBy(sf.col("max_time_lag_s").desc())
     result.figures["slowest_groups"] = [
         {
@@ -120,14 +262,37 @@ def _timelag(spark: SparkSession, options: JobOptions, result: JobResult) -> Non
     ]
 
 
-def _forecast_frame(spark: SparkSession, options: JobOptions) -> DataFrame:
+def _beyond_lookback(per_partition: DataFrame, snapshots: DataFrame) -> int:
+    """New time-lag rows that may differ from a full run's: behind, and produced (t − time lag)
+    no later than the first snapshot read of their partition, so the offset they wait for may
+    have been written before the look-back (design §10)."""
+    first = snapshots.groupBy(*TOPIC_PARTITION_KEYS).agg(sf.min(seconds(sf.col("ts"))).alias("first_t"))
+    produced_at = seconds(sf.col("ts")) - sf.col("time_lag_s")
+    doubtful = per_partition.join(first, list(TOPIC_PARTITION_KEYS)).where(
+        (sf.col("time_lag_s") > 0) & (produced_at <= sf.col("first_t"))
+    )
+    return int(doubtful.count())
+
+
+def _forecast_frame(spark: SparkSession, options: JobOptions, *, since: datetime | None = None) -> DataFrame:
+    read_from = None if since is None else since - timedelta(seconds=options.window_s)
     return forecast.forecast(
-        _snapshots(spark, options), window_s=options.window_s, horizon_s=options.horizon_s
+        _snapshots(spark, options, since=read_from), window_s=options.window_s, horizon_s=options.horizon_s
     )
 
 
 def _forecast(spark: SparkSession, options: JobOptions, result: JobResult) -> None:
-    _write(result, "forecast", _forecast_frame(spark, options), options.out)
+    since = resume_point(spark, "forecast", options)
+    if since is None:
+        _mark_run(result, since)
+        _write(result, "forecast", _forecast_frame(spark, options), options.out)
+    else:
+        _mark_run(result, since, read_from=since - timedelta(seconds=options.window_s))
+        # A group whose newest snapshot is before `since` has only part of its window here.
+        fresh = _forecast_frame(spark, options, since=since).where(sf.col("ts") >= timestamp_literal(since))
+        path = options.out / "forecast"
+        result.rows["forecast"] = replace_groups(fresh, path, keys=GROUP_KEYS)
+        result.outputs["forecast"] = str(path)
     stored = spark.read.parquet(result.outputs["forecast"])
     counts = {r["status"]: int(r["count"]) for r in stored.groupBy("status").count().collect()}
     result.figures["status"] = {status: counts.get(status, 0) for status in forecast.STATUSES}

@@ -26,6 +26,7 @@ imbalance, moves (from the current owners) as computed by groupops.assign.stats.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -38,7 +39,17 @@ from groupops.assign.stats import compute_stats
 from groupops.contract import parse_group
 from groupops.pipeline.frames import PARTITION_KEYS, at_newest, with_seconds_and_lag
 
-__all__ = ["PLAN_SCHEMA", "group_document", "latest_lag", "plan", "plan_batches", "plan_group"]
+__all__ = [
+    "PLAN_SCHEMA",
+    "by_group_in_batches",
+    "group_document",
+    "group_key",
+    "latest_lag",
+    "plan",
+    "plan_batches",
+    "plan_group",
+    "whole_groups",
+]
 
 PLAN_SCHEMA = (
     "cluster string, group string, strategy string, member string, "
@@ -83,9 +94,39 @@ def plan_group(document: Mapping[str, Any]) -> tuple[dict[str, list[tuple[str, i
     )
 
 
-def _plan_rows(strategy: str, key: tuple[Any, ...], frame: pd.DataFrame) -> pd.DataFrame:
+_PLAN_COLUMNS = [name.split(" ")[0] for name in PLAN_SCHEMA.split(", ")]
+_NO_OWNER = "no member owns any partition at the newest snapshot"
+
+
+def _plan_row_lists(
+    strategy: str, key: tuple[Any, ...], rows: Iterable[tuple[Any, Any, Any, Any]]
+) -> list[list[Any]]:
+    """PLAN_SCHEMA rows (as lists) of one group from its (topic, partition, lag, member) rows."""
     cluster, group = key
-    columns = [name.split(" ")[0] for name in PLAN_SCHEMA.split(", ")]
+    document = group_document(strategy, ((str(t), int(p), int(lag), str(m or "")) for t, p, lag, m in rows))
+    if not document["members"]:
+        return [[cluster, group, strategy, None, [], 0, 0.0, 0.0, 1.0, 0, _NO_OWNER]]
+    assignment, stats = plan_group(document)
+    return [
+        [
+            cluster,
+            group,
+            strategy,
+            member,
+            [{"topic": topic, "partition": partition} for topic, partition in partitions],
+            int(stats["members"][member]["lag"]),
+            float(stats["max_member_lag"]),
+            float(stats["lower_bound"]),
+            float(stats["imbalance"]),
+            int(stats["moves"]),
+            None,
+        ]
+        for member, partitions in assignment.items()
+    ]
+
+
+def _plan_rows(strategy: str, key: tuple[Any, ...], frame: pd.DataFrame) -> pd.DataFrame:
+    """The plan of one group's lag rows, as a frame (what `plan_batches` gives for that group)."""
     rows = zip(
         frame["topic"],
         frame["partition"].astype(int),
@@ -93,63 +134,78 @@ def _plan_rows(strategy: str, key: tuple[Any, ...], frame: pd.DataFrame) -> pd.D
         frame["member"],
         strict=True,
     )
-    document = group_document(strategy, ((str(t), int(p), int(lag), str(m or "")) for t, p, lag, m in rows))
-    if not document["members"]:
-        error = "no member owns any partition at the newest snapshot"
-        return pd.DataFrame(
-            [[cluster, group, strategy, None, [], 0, 0.0, 0.0, 1.0, 0, error]], columns=columns
-        )
-    assignment, stats = plan_group(document)
-    out = []
-    for member, partitions in assignment.items():
-        out.append(
-            [
-                cluster,
-                group,
-                strategy,
-                member,
-                [{"topic": topic, "partition": partition} for topic, partition in partitions],
-                int(stats["members"][member]["lag"]),
-                float(stats["max_member_lag"]),
-                float(stats["lower_bound"]),
-                float(stats["imbalance"]),
-                int(stats["moves"]),
-                None,
-            ]
-        )
-    return pd.DataFrame(out, columns=columns)
+    return pd.DataFrame(_plan_row_lists(strategy, key, rows), columns=_PLAN_COLUMNS)
 
 
-def _key(cluster: Any, group: Any) -> tuple[Any, Any]:
+def _null(value: Any) -> bool:
+    """None, pandas' NA or NaN: what a null string becomes in pandas (`pd.isna` on one value,
+    without its dispatch: this runs once per row)."""
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+def group_key(cluster: Any, group: Any) -> tuple[Any, Any]:
     """A group's key as a Python value: null (None or NaN from pandas) becomes None."""
-    return (None if pd.isna(cluster) else cluster, None if pd.isna(group) else group)
+    return (None if _null(cluster) else cluster, None if _null(group) else group)
 
 
 def _plan_complete_groups(strategy: str, frame: pd.DataFrame) -> pd.DataFrame:
-    parts = [
-        _plan_rows(strategy, _key(cluster, group), part)
-        for (cluster, group), part in frame.groupby(["cluster", "group"], sort=False, dropna=False)
-    ]
-    return pd.concat(parts, ignore_index=True)
+    """Plan every group of `frame`, in the order of their first rows, into one frame.
+
+    The columns become Python lists once per batch and the groups are cut from them by key: a
+    pandas `groupby` and one small frame per group cost more than planning a group of 50
+    partitions (most of the Python time, measured with cProfile)."""
+    columns = (
+        frame["topic"].tolist(),
+        frame["partition"].astype("int64").tolist(),
+        frame["lag"].astype("int64").tolist(),
+        frame["member"].tolist(),
+    )
+    rows_of: dict[tuple[Any, Any], list[tuple[Any, Any, Any, Any]]] = {}
+    keys = (group_key(c, g) for c, g in zip(frame["cluster"].tolist(), frame["group"].tolist(), strict=True))
+    for key, row in zip(keys, zip(*columns, strict=True), strict=True):
+        rows_of.setdefault(key, []).append(row)
+    out = [row for key, rows in rows_of.items() for row in _plan_row_lists(strategy, key, rows)]
+    return pd.DataFrame(out, columns=_PLAN_COLUMNS)
 
 
-def plan_batches(strategy: str, batches: Iterable[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-    """Plan rows (PLAN_SCHEMA) for batches of lag rows sorted by (cluster, group): every group's
-    rows are together, though a group may continue into the next batch."""
+def whole_groups(batches: Iterable[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    """Frames holding whole groups only, from batches of rows sorted by (cluster, group) in which
+    a group may continue into the next batch: the last group of a batch is held back and joined
+    to the next one, so a caller sees every group once, with all its rows, and holds at most one
+    batch plus one group."""
     pending: pd.DataFrame | None = None  # the last group of the batches so far, maybe incomplete
     for batch in batches:
         if batch.empty:
             continue
         rows = batch if pending is None else pd.concat([pending, batch], ignore_index=True)
-        keys = [_key(c, g) for c, g in zip(rows["cluster"], rows["group"], strict=True)]
-        tail = len(keys) - 1
-        while tail > 0 and keys[tail - 1] == keys[-1]:
+        clusters, groups = rows["cluster"].tolist(), rows["group"].tolist()
+        last = group_key(clusters[-1], groups[-1])
+        tail = len(clusters) - 1
+        while tail > 0 and group_key(clusters[tail - 1], groups[tail - 1]) == last:
             tail -= 1
         pending = rows.iloc[tail:]
         if tail > 0:
-            yield _plan_complete_groups(strategy, rows.iloc[:tail])
+            yield rows.iloc[:tail]
     if pending is not None:
-        yield _plan_complete_groups(strategy, pending)
+        yield pending
+
+
+def plan_batches(strategy: str, batches: Iterable[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    """Plan rows (PLAN_SCHEMA) for batches of lag rows sorted by (cluster, group): every group's
+    rows are together, though a group may continue into the next batch."""
+    for frame in whole_groups(batches):
+        yield _plan_complete_groups(strategy, frame)
+
+
+def by_group_in_batches(frame: DataFrame) -> DataFrame:
+    """`frame` hash-partitioned by (cluster, group) and sorted by it within each partition, for a
+    `mapInPandas` that cuts its Arrow batches into groups (`whole_groups`).
+
+    An explicit partition count (`spark.sql.shuffle.partitions`): the rows are few bytes but much
+    CPU in Python, and adaptive execution, which sizes partitions by bytes, would coalesce them all
+    into one task (one Python worker)."""
+    tasks = int(frame.sparkSession.conf.get("spark.sql.shuffle.partitions") or "1")
+    return frame.repartition(tasks, "cluster", "group").sortWithinPartitions("cluster", "group")
 
 
 def plan(lags: DataFrame, *, strategy: str) -> DataFrame:
@@ -159,12 +215,6 @@ def plan(lags: DataFrame, *, strategy: str) -> DataFrame:
     def per_batch(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         return plan_batches(strategy, batches)
 
-    # An explicit partition count: the rows are few bytes but much CPU in Python, and adaptive
-    # execution, which sizes partitions by bytes, would coalesce them all into one task.
-    tasks = int(lags.sparkSession.conf.get("spark.sql.shuffle.partitions") or "1")
-    return (
-        lags.select(*PARTITION_KEYS, "lag", "member")
-        .repartition(tasks, "cluster", "group")
-        .sortWithinPartitions("cluster", "group")
-        .mapInPandas(per_batch, PLAN_SCHEMA)
+    return by_group_in_batches(lags.select(*PARTITION_KEYS, "lag", "member")).mapInPandas(
+        per_batch, PLAN_SCHEMA
     )

@@ -11,11 +11,12 @@ linear series log_end = a + r·t this gives exactly lag / r.
 In Spark this is an as-of lookup without a range join: history points and queries go into one
 stream per (cluster, topic, partition) ordered by (offset, kind, t); the previous history point
 comes from a running `last(..., ignorenulls)` and the next from `lead(..., 1) IGNORE NULLS`, both
-over that one ordering, so the stream is shuffled once and sorted once (the partition-wide
-min/max reuse the same sort). A query's own point is null, so "the next non-null point after the
-query" is "the first history point at or after it": the same row that a running `last` over the
-reverse order finds, which an earlier version did at the cost of a second sort (docs/design.md
-§10). Groups reading the same topic share its history.
+over that one ordering, so the stream is shuffled once, sorted once and passed through one
+Window operator (the partition-wide min/max are frames of the same ordering). A query's own
+point is null, so "the next non-null point after the query" is "the first history point at or
+after it": the same row that a running `last` over the reverse order finds, which an earlier
+version did at the cost of a second sort (docs/design.md §10). Groups reading the same topic
+share its history.
 
 Outputs: `timelag(snapshots)` one row per snapshot row: cluster, group, topic, partition, member,
 ts, lag, time_lag_s; `timelag_by_member(per_partition)` at each group's latest snapshot: per
@@ -65,7 +66,10 @@ def timelag(snapshots: DataFrame) -> DataFrame:
     is_history = sf.col("kind") == _HISTORY
     stream = history.unionByName(queries).withColumn(_POINT, sf.when(is_history, point))
     ascending = Window.partitionBy(*TOPIC_PARTITION_KEYS).orderBy("offset", "kind", "t")
-    whole = Window.partitionBy(*TOPIC_PARTITION_KEYS)
+    # The partition-wide extremes over the same ordering (a frame of every row) rather than an
+    # unordered window: Spark evaluates all of them in one Window operator, which buffers each
+    # partition's stream once; two window specifications made two operators, two passes.
+    whole = ascending.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     located = stream.select(
         "*",
         sf.last(_POINT, ignorenulls=True)
