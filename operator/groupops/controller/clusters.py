@@ -223,7 +223,7 @@ class ClusterBook:
                 budget.note_in_flight(key, now=now)
                 return
             freed = budget.settle(key)
-            waiting = frozenset(budget.waiting(now=now)) if freed else frozenset()
+            waiting = frozenset(budget.next_up(now=now)) if freed else frozenset()
         self._wake(waiting)
 
     def forget(self, key: PolicyKey, *, cluster: str | None = None) -> None:
@@ -234,7 +234,7 @@ class ClusterBook:
             self._figures.pop(key, None)
             budget = self._budgets.get(name) if name else None
             freed = budget is not None and budget.forget(key)
-            waiting = frozenset(budget.waiting(now=self._clock())) if budget and freed else frozenset()
+            waiting = frozenset(budget.next_up(now=self._clock())) if budget and freed else frozenset()
         self._wake(waiting)
 
     # -- figures and status ----------------------------------------------------------------------
@@ -389,7 +389,7 @@ class ClusterBook:
     def _wake_waiters(self) -> None:
         now = self._clock()
         with self._lock:
-            keys = frozenset(k for budget in self._budgets.values() for k in budget.waiting(now=now))
+            keys = frozenset(k for budget in self._budgets.values() for k in budget.next_up(now=now))
         self._wake(keys)
 
     def _wake(self, keys: frozenset[PolicyKey]) -> None:

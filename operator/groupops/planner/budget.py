@@ -20,9 +20,11 @@ The rules (docs/design.md §15):
    within `max_partitions_per_minute`; a rebalance larger than the whole allowance is granted
    when nothing moved for 60 s (else it could never run; `maxMovesPerRebalance` is how a policy
    makes its steps smaller).
-4. *Worst-off first*: a request is granted only when no other waiting policy is further from its
-   goal (a larger `badness`; equal badness: the smaller key). Waiters ask again on each run; one
-   that has not asked for `stale_after` seconds (deleted, settled, no longer wanting) is forgotten.
+4. *Worst-off first*: a request is granted only when the waiting policies further from their
+   goal (a larger `badness`; equal badness: the smaller key) leave room for it: a handoff slot
+   and the minute's moves beyond what they asked for. Waiters ask again on each run; one that has
+   not asked for `stale_after` seconds (deleted, settled, no longer wanting) is forgotten. When a
+   handoff settles, only the waiters that now fit are woken (`next_up`).
 5. *A new leader learns first*: until `learning_until` nothing is granted (requests queue as
    waiters). The budget lives in the leader's memory; a new leader learns which handoffs are in
    flight from each policy's first run (`note_in_flight`), which comes within a tick of leading.
@@ -77,6 +79,7 @@ class BudgetUse:
 class _Waiter:
     badness: float
     asked_at: float
+    moves: int = 0
 
 
 @dataclass(slots=True)
@@ -99,7 +102,7 @@ class DisruptionBudget:
         self._expire(now)
         reason = self._held_by(key, moves=moves, badness=badness, now=now)
         if reason is not None:
-            self._waiters[key] = _Waiter(badness, now)
+            self._waiters[key] = _Waiter(badness, now, moves)
             return Verdict(False, reason)
         self._waiters.pop(key, None)
         self._in_flight[key] = now
@@ -166,15 +169,44 @@ class DisruptionBudget:
                 f"{moved} partitions moved in the last minute, {moves} more would pass {per_minute} "
                 "(disruptionBudget.maxPartitionsMovedPerMinute)"
             )
-        ahead = [
-            (-waiter.badness, other)
+        ahead = sorted(
+            (-waiter.badness, other, waiter.moves)
             for other, waiter in self._waiters.items()
             if other != key and (-waiter.badness, other) < (-badness, key)
-        ]
-        if ahead:
-            _, first = min(ahead)
-            return f"{first[0]}/{first[1]} is further from its goal and goes first"
+        )
+        if not ahead:
+            return None
+        # Worse-off waiters go first only as far as the budget is theirs to use: with more free
+        # slots (and moves) than they need, this request fits beside them.
+        slots_left = None if limit is None else limit - others - len(ahead)
+        moves_left = None if per_minute is None else per_minute - moved - sum(m for _, _, m in ahead)
+        if (slots_left is not None and slots_left < 1) or (moves_left is not None and moves_left < moves):
+            first = ahead[0][1]
+            return (
+                f"{len(ahead)} policies further from their goal go first ({first[0]}/{first[1]} the furthest)"
+            )
         return None
+
+    def next_up(self, *, now: float) -> list[PolicyKey]:
+        """The waiters the budget would grant now, worst-off first: the ones to wake when a
+        handoff settles (waking every waiter would have all of them ask, and all but these wait)."""
+        self._expire(now)
+        limit, per_minute = self.limits.max_handoffs, self.limits.max_partitions_per_minute
+        slots = None if limit is None else limit - len(self._in_flight)
+        moves = None if per_minute is None else per_minute - sum(count for _, count in self._moves)
+        quiet_minute = moves is not None and moves == per_minute
+        chosen: list[PolicyKey] = []
+        for key in self.waiting(now=now):
+            waiter = self._waiters[key]
+            if slots is not None and slots < 1:
+                break
+            alone = quiet_minute and not chosen  # larger than the allowance: it runs alone (rule 3)
+            if moves is not None and waiter.moves > moves and not alone:
+                break
+            chosen.append(key)
+            slots = None if slots is None else slots - 1
+            moves = None if moves is None else moves - waiter.moves
+        return chosen
 
     def _expire(self, now: float) -> None:
         while self._moves and self._moves[0][0] <= now - MOVE_WINDOW_S:

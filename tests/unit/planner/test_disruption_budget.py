@@ -35,7 +35,10 @@ def test_the_worst_off_waiter_goes_first_and_the_others_say_who_is_ahead() -> No
     assert budget.waiting(now=1) == [C, D, B]
     budget.settle(A)
     behind = budget.request(B, moves=1, badness=1.5, now=2)
-    assert not behind.granted and behind.reason == "ns/c is further from its goal and goes first"
+    assert (
+        not behind.granted
+        and behind.reason == "2 policies further from their goal go first (ns/c the furthest)"
+    )
     assert budget.request(C, moves=1, badness=4.0, now=2).granted
     assert budget.waiting(now=2) == [D, B]
 
@@ -160,3 +163,31 @@ def test_a_grants_moves_are_counted_once_when_its_plan_hands_them_over() -> None
     budget.settle(A)
     budget.note_moves(1, now=4, key=A)  # after its handoff settled, A's moves count again
     assert budget.use(now=5).moved_last_minute == 7
+
+
+def test_free_slots_beyond_what_worse_off_waiters_need_go_to_the_next_in_line() -> None:
+    """Worst-off first orders the queue; it does not leave slots idle while the worst-off have
+    not asked again yet (the 1,000-policy run granted one rebalance per pass over its waiters)."""
+    budget = DisruptionBudget(BudgetLimits(max_handoffs=3))
+    x, y, e = ("ns", "x"), ("ns", "y"), ("ns", "e")
+    for key in (A, x, y):
+        budget.note_in_flight(key, now=0)
+    for key, badness in ((B, 5.0), (C, 4.0), (D, 3.0)):
+        assert not budget.request(key, moves=1, badness=badness, now=1).granted
+    budget.settle(A)
+    budget.settle(x)
+    assert budget.next_up(now=2) == [B, C], "two slots free: the two worst are woken"
+    held = budget.request(e, moves=1, badness=1.0, now=2)
+    assert not held.granted and (held.reason or "").startswith("3 policies further from their goal go first")
+    assert budget.request(C, moves=1, badness=4.0, now=2).granted, "one slot is B's, the other C's"
+    assert not budget.request(D, moves=1, badness=3.0, now=2).granted, "the last free slot is B's"
+    assert budget.request(B, moves=1, badness=5.0, now=3).granted
+
+
+def test_the_minutes_moves_are_kept_for_the_worse_off_waiters() -> None:
+    budget = DisruptionBudget(BudgetLimits(max_partitions_per_minute=10), stale_after=100)
+    budget.note_moves(2, now=0)
+    assert not budget.request(A, moves=9, badness=5.0, now=1).granted  # 2 + 9 > 10
+    assert not budget.request(B, moves=2, badness=1.0, now=1).granted, "A's 9 go first: 2 + 9 + 2 > 10"
+    assert budget.next_up(now=61) == [A], "after the minute, A's 9 fit; B's 2 more do not"
+    assert budget.request(B, moves=1, badness=1.0, now=61).granted, "A's 9 and B's 1 fit in 10"
