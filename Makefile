@@ -31,9 +31,8 @@ lint: $(INSTALLED)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-# Two pytest processes at once: timing-sensitive e2e/integration, and the rest niced (tools/test-lanes/run).
 test: lint $(TEST_DEPS)
-	tools/test-lanes/run $(PY)
+	$(PY) -m pytest
 
 unit: $(INSTALLED)
 	$(PY) -m pytest tests/unit

@@ -17,6 +17,7 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -167,6 +168,7 @@ def test_twenty_policies_under_a_budget_of_three_never_pass_it_all_finish_and_th
                 interval=1,
                 explain=lambda: str(cluster_status(s.api, cluster)),
             )
+            quiet_at = datetime.now(UTC).replace(microsecond=0)
             watch = InFlightWatch(s.api, s.namespace).start()
             try:
                 epochs = {i: status_of(s, i)["epoch"] for i in range(POLICIES)}
@@ -195,8 +197,10 @@ def test_twenty_policies_under_a_budget_of_three_never_pass_it_all_finish_and_th
                 assert fleet["policies"] == POLICIES and fleet["budgetUsed"]["handoffs"].endswith(
                     f"/{MAX_IN_FLIGHT}"
                 )
-                assert watch.started == [name_of(0)], "nothing else moved while the minute was spent"
+                moved = [name for name in watch.started if name not in fenced_policies(s, quiet_at)]
+                assert moved == [name_of(0)], "nothing else chose to move while the minute was spent"
 
+                lifted_at = datetime.now(UTC).replace(microsecond=0)
                 s.api.patch(
                     "ConsumerGroupCluster",
                     None,
@@ -222,12 +226,18 @@ def test_twenty_policies_under_a_budget_of_three_never_pass_it_all_finish_and_th
                 )
             finally:
                 watch.stop()
-            print(f"\nstarted in order {watch.started}; at most {watch.most} in flight")
-            assert watch.most <= MAX_IN_FLIGHT
-            assert watch.most == MAX_IN_FLIGHT, "the budget was used, not only respected"
+            # A replica fenced on a loaded machine moves partitions too (MembershipChanged): the
+            # budget counts such a handoff but never holds it, so it may come on top of the
+            # limit and out of turn. Those policies are left out of the order and the limit.
+            fenced = fenced_policies(s, lifted_at)
+            print(
+                f"\nstarted in order {watch.started}; at most {watch.most} in flight; fenced {sorted(fenced)}"
+            )
+            assert watch.most <= MAX_IN_FLIGHT + len(fenced)
+            assert watch.most >= MAX_IN_FLIGHT, "the budget was used, not only respected"
             assert sorted(watch.started) == [name_of(i) for i in range(POLICIES)]
-            queued = watch.started[1:]
-            worst_first = [name_of(i) for i in range(POLICIES - 1, 0, -1)]
+            queued = [name for name in watch.started[1:] if name not in fenced]
+            worst_first = [name_of(i) for i in range(POLICIES - 1, 0, -1) if name_of(i) not in fenced]
             for k in range(1, len(queued) + 1):  # up to 3 granted together may publish in any order
                 assert set(queued[:k]) <= set(worst_first[: k + MAX_IN_FLIGHT - 1]), (queued, k)
             final = wait_for(
@@ -262,6 +272,19 @@ def groupops_fleet(kubeconfig: str, cluster: str) -> list[dict[str, Any]]:
     document = json.loads(result.stdout)
     assert document["cluster"] == cluster and document["status"]["policies"] == POLICIES
     return list(document["policies"])
+
+
+def fenced_policies(stack: PolicyStack, since: datetime) -> set[str]:
+    """Policies that published a MembershipChanged plan since `since` (a replica expired)."""
+    events = stack.api.list("Event", stack.namespace)
+    return {
+        str(event["involvedObject"]["name"])
+        for event in events
+        if event.get("reason") == "Rebalanced"
+        and "(MembershipChanged)" in str(event.get("message"))
+        and str(event.get("lastTimestamp") or event.get("eventTime") or "")
+        >= since.strftime("%Y-%m-%dT%H:%M:%S")
+    }
 
 
 def status_of(stack: PolicyStack, index: int) -> dict[str, Any]:
