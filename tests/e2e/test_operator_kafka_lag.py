@@ -133,14 +133,29 @@ def test_plan_follows_the_brokers_lag(
     }
 
     # Every read was appended to the offset history, the pipeline's input, on the cluster read.
-    rows = wait_for("the offset history", lambda: history_rows(kafka_bootstrap, history_topic), timeout=60)
-    newest = max(row["ts"] for row in rows)
-    latest = sorted(
-        (row["partition"], row["log_end"], row["committed"], row["member"])
-        for row in rows
-        if row["ts"] == newest
+    # With delivery plan the replicas are no members of the Kafka group: the rows name the
+    # published plan's owners (a read before the first plan names nobody).
+    owner = {p: identity for identity, tps in expected.items() for _, p in tps}
+    wanted = [(p, count, None, owner[p]) for p, count in enumerate(WAITING)]
+
+    def newest_of(rows: list[SnapshotRow]) -> list[tuple[Any, ...]]:
+        newest = max(row["ts"] for row in rows)
+        return sorted(
+            (row["partition"], row["log_end"], row["committed"], row["member"])
+            for row in rows
+            if row["ts"] == newest
+        )
+
+    rows = wait_for(
+        "the offset history naming the plan's owners",
+        lambda: (
+            (found := history_rows(kafka_bootstrap, history_topic)) and newest_of(found) == wanted and found
+        ),
+        timeout=60,
+        explain=lambda: (
+            f"wanted {wanted}; last rows {history_rows(kafka_bootstrap, history_topic)[-len(WAITING) :]}"
+        ),
     )
-    assert latest == [(p, count, None, "") for p, count in enumerate(WAITING)]
     assert {(row["cluster"], row["group"], row["topic"]) for row in rows} == {
         (kafka_bootstrap, "live-group", topic)
     }
