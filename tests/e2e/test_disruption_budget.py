@@ -235,7 +235,8 @@ def test_twenty_policies_under_a_budget_of_three_never_pass_it_all_finish_and_th
             )
             assert watch.most <= MAX_IN_FLIGHT + len(fenced)
             assert watch.most >= MAX_IN_FLIGHT, "the budget was used, not only respected"
-            assert sorted(watch.started) == [name_of(i) for i in range(POLICIES)]
+            # a fenced policy's MembershipChanged replan may have balanced it: nothing left to choose
+            assert {name_of(i) for i in range(POLICIES)} - fenced <= set(watch.started)
             queued = [name for name in watch.started[1:] if name not in fenced]
             worst_first = [name_of(i) for i in range(POLICIES - 1, 0, -1) if name_of(i) not in fenced]
             for k in range(1, len(queued) + 1):  # up to 3 granted together may publish in any order
