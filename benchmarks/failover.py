@@ -127,7 +127,9 @@ def duplicates_of(journals: Journals, victim: str, at: float) -> int:
 
 
 @contextmanager
-def stack(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[str, str]]:
+def stack(workdir: Path) -> Iterator[tuple[str, str]]:
+    """(bootstrap, kubeconfig): $KAFKA_BOOTSTRAP / $KUBECONFIG when set, else started here
+    (benchmarks/fleet.py uses it too)."""
     with ExitStack() as exits:
         bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
         if not bootstrap:
@@ -355,7 +357,7 @@ def main() -> int:
     }
     workdir = Path(tempfile.mkdtemp(prefix="groupops-failover-"))
     print(f"work directory {workdir}")
-    with stack(args, workdir) as (bootstrap, kubeconfig):
+    with stack(workdir) as (bootstrap, kubeconfig):
         if not args.only_rebalance:
             print("== ours: failover policy, delivery plan, 3 replicas")
             spec = {

@@ -58,6 +58,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.failover import stack  # noqa: E402
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from tests.e2e.operator_support import Kubectl, OperatorProcess, create_namespace, install_crd  # noqa: E402
 from tests.e2e.runtime_support import create_topic, wait_for  # noqa: E402
@@ -72,8 +73,6 @@ from fleet_measure import (  # noqa: E402
     TimeLagSampler,
 )
 from fleet_report import draw_chart, markdown_table, percentile, side_figures  # noqa: E402
-from groupops.devstack import KafkaCluster, KafkaSettings  # noqa: E402
-from groupops.devstack.kube import KubeApiServer  # noqa: E402
 from groupops.devstack.kube_api import ApiError, KubeApi  # noqa: E402
 from groupops.devstack.kubelet import Kubelet  # noqa: E402
 
@@ -82,25 +81,6 @@ POLICY_PREFIX = {"static": "static", "groupops": "gops"}
 
 
 # -- the stack ----------------------------------------------------------------------------------
-
-
-@contextmanager
-def stack(workdir: Path) -> Iterator[tuple[str, str]]:
-    """(bootstrap, kubeconfig): $KAFKA_BOOTSTRAP / $KUBECONFIG when set, else started here."""
-    with ExitStack() as exits:
-        bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
-        if not bootstrap:
-            kafka = KafkaCluster(workdir / "kafka", KafkaSettings())
-            kafka.start()
-            exits.callback(kafka.stop)
-            bootstrap = kafka.bootstrap
-        kubeconfig = os.environ.get("KUBECONFIG")
-        if not kubeconfig:
-            server = KubeApiServer(workdir / "kube")
-            server.start()
-            exits.callback(server.stop)
-            kubeconfig = str(server.kubeconfig)
-        yield bootstrap, kubeconfig
 
 
 @dataclass(frozen=True, slots=True)
