@@ -31,6 +31,7 @@ from groupops.devstack.kubelet import ConsumerProcess
 from groupops.kubeapi import KubeClient
 from groupops.model import MemberId
 from groupops.planner.handoff import LeaseClock
+from groupops.planner.liveness import STUCK_GRACE_S
 from groupops.planner.plan_format import fence_annotations, lease_record
 from tests.e2e.runtime_support import consumer_env
 from tests.e2e.waiting import wait_for
@@ -291,7 +292,8 @@ def test_a_replica_reporting_no_progress_is_refused_as_stuck_and_fenced_once_sil
         wait_for("a granted heartbeat", lambda: replica.heartbeats_granted > 0, 10, interval=0.05)
         assert not operator.fence(7), "a replica heard within the duration is alive: no fence"
         before = version(operator)
-        progress["poll"] = 6.5  # its loop stopped coming back to poll; its own watchdog says nothing
+        # Its loop stopped coming back to poll, past the operator's grace; its own watchdog says nothing.
+        progress["poll"] = 6 + STUCK_GRACE_S + 0.5
         wait_for("the replica no longer valid", lambda: not replica.valid(), 10, interval=0.05)
         assert not replica.renew_once(), "refused as stuck: it writes its Lease no more"
         assert version(operator) == before, "no Lease write followed the refusal"

@@ -53,6 +53,7 @@ from groupops.model import TopicPartition
 __all__ = [
     "CHECK_S",
     "EXIT_STUCK",
+    "LATEST_VERDICT_S",
     "ProgressReport",
     "ProgressTracker",
     "ProgressWatchdog",
@@ -70,7 +71,15 @@ EXIT_STUCK = 3
 bad input): Kubernetes restarts the pod, the status shows why it terminated."""
 
 CHECK_S = 0.5
-"""How often the watchdog judges: the bound on how late after the interval a replica is declared."""
+"""How often the watchdog judges between samples."""
+
+PROBE_TIMEOUT_MAX_S = 2.0
+"""The longest a broker sample may take; the watchdog does not judge while it waits for one."""
+
+LATEST_VERDICT_S = PROBE_TIMEOUT_MAX_S + CHECK_S
+"""How late after the interval this watchdog declares a replica stuck, at worst. The operator's
+second judgement waits longer than this (planner.liveness.STUCK_GRACE_S), so a working watchdog
+always gives the verdict itself."""
 
 Clock = Callable[[], float]
 
@@ -264,7 +273,7 @@ class ProgressWatchdog:
     ) -> None:
         self.interval_s = interval_s
         self.probe_interval_s = probe_interval(interval_s) if probe_interval_s is None else probe_interval_s
-        self.probe_timeout_s = min(2.0, self.probe_interval_s)
+        self.probe_timeout_s = min(PROBE_TIMEOUT_MAX_S, self.probe_interval_s)
         self._sample = sample
         self._on_stuck = on_stuck
         self._exit = exit_with

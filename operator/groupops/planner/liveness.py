@@ -19,7 +19,8 @@ Request (JSON object, at most `MAX_DATAGRAM` bytes):
                 back to poll), `advance` (an owned position last advanced while the replica had
                 lag; absent without lag), `commit` (the last successful commit; absent before
                 the first). A heartbeat whose `poll` or `advance` exceeds the policy's
-                maxPollIntervalSeconds is refused as stuck (`stuck_refusal`)
+                maxPollIntervalSeconds by more than `STUCK_GRACE_S` is refused as stuck
+                (`stuck_refusal`)
 
 Answer:
     v, seq
@@ -44,6 +45,7 @@ from groupops.planner.plan_format import LeaseRecord
 
 __all__ = [
     "MAX_DATAGRAM",
+    "STUCK_GRACE_S",
     "Heartbeat",
     "HeartbeatAnswer",
     "HeartbeatFormatError",
@@ -58,6 +60,13 @@ __all__ = [
 ]
 
 MAX_DATAGRAM = 1400
+
+STUCK_GRACE_S = 3.0
+"""How far past maxPollIntervalSeconds a heartbeat's progress must be before the operator refuses
+it as stuck. The replica's own watchdog declares within 2.5 s of the interval
+(consumer.progress.LATEST_VERDICT_S), with a verdict that names its rule; the operator is the
+backstop for a watchdog that is broken or more lenient, so it must not race a working one
+(docs/design.md §7.5, fifth rule)."""
 """Fits one Ethernet frame: a heartbeat is never fragmented."""
 
 _VERSION = 1
@@ -188,12 +197,13 @@ def stuck_refusal(progress: Mapping[str, float], max_poll_interval_s: float | No
     """Why a heartbeat reporting `progress` must be refused as stuck (None: it is not): its
     processing loop has not come back to poll (`poll`), or it had lag and no position advanced
     (`advance`), for longer than the policy's maxPollIntervalSeconds. The replica's own watchdog
-    applies the same rules; this is the operator's second judgement of them (docs/design.md §7.5)."""
+    applies the same rules; this is the operator's second judgement of them, `STUCK_GRACE_S`
+    later (docs/design.md §7.5)."""
     if max_poll_interval_s is None:
         return None
     for key, what in (("poll", "not come back to poll"), ("advance", "had lag and advanced no position")):
         seconds = progress.get(key)
-        if seconds is not None and seconds > max_poll_interval_s:
+        if seconds is not None and seconds > max_poll_interval_s + STUCK_GRACE_S:
             limit = f"maxPollIntervalSeconds {max_poll_interval_s:g}"
             return f"stuck: it has {what} for {seconds:.1f} s ({limit})"
     return None

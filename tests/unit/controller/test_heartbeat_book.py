@@ -9,7 +9,7 @@ from groupops.controller.heartbeats import GRANT_FRACTION, HeartbeatBook
 from groupops.controller.names import LABEL_POLICY
 from groupops.model import MemberId
 from groupops.planner.handoff import LeaseClock
-from groupops.planner.liveness import Heartbeat, HeartbeatStatus
+from groupops.planner.liveness import STUCK_GRACE_S, Heartbeat, HeartbeatStatus
 from groupops.planner.plan_format import LeaseRecord, fence_annotations, lease_record_annotations
 
 NS, POLICY, LEASE = "team", "orders", "orders-worker-0"
@@ -126,16 +126,17 @@ def progressing(poll: float, advance: float | None = None) -> Heartbeat:
 def test_progress_beyond_the_max_poll_interval_is_refused_as_stuck_and_not_heard() -> None:
     world = World()
     world.book.note_max_poll_interval(NS, POLICY, 6)
-    assert world.book.answer(progressing(poll=5.9, advance=6.0)).status is HeartbeatStatus.GRANTED
+    within_grace = 6 + STUCK_GRACE_S
+    assert world.book.answer(progressing(poll=6.5, advance=within_grace)).status is HeartbeatStatus.GRANTED
     heard = world.clock.heard_at(MemberId(LEASE))
     world.now += 1.0
-    for stuck in (progressing(poll=6.1), progressing(poll=0.2, advance=7.5)):
+    for stuck in (progressing(poll=within_grace + 0.1), progressing(poll=0.2, advance=10.5)):
         answer = world.book.answer(stuck)
         assert answer.status is HeartbeatStatus.REFUSED and answer.stuck, answer
         assert "maxPollIntervalSeconds 6" in answer.reason
     assert world.clock.heard_at(MemberId(LEASE)) == heard, "a stuck replica is silent for the fence"
     shown = world.book.progress_of(NS, LEASE)
-    assert shown is not None and shown.progress == {"poll": 0.2, "advance": 7.5, "commit": 0.4}
+    assert shown is not None and shown.progress == {"poll": 0.2, "advance": 10.5, "commit": 0.4}
 
 
 def test_without_a_known_interval_or_progress_nothing_is_refused_as_stuck() -> None:

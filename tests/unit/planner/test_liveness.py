@@ -7,10 +7,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from groupops.consumer.progress import LATEST_VERDICT_S, REPORT_DECIMALS
 from groupops.model import MemberId
 from groupops.planner.handoff import LeaseClock
 from groupops.planner.liveness import (
     MAX_DATAGRAM,
+    STUCK_GRACE_S,
     Heartbeat,
     HeartbeatAnswer,
     HeartbeatFormatError,
@@ -178,9 +180,10 @@ def test_a_refusal_as_stuck_reads_back_as_such(answer: HeartbeatAnswer) -> None:
 @pytest.mark.parametrize(
     ("progress", "interval", "refused"),
     [
-        pytest.param({"poll": 6.1}, 6.0, True, id="loop-blocked"),
-        pytest.param({"poll": 0.1, "advance": 6.5}, 6.0, True, id="no-advance-under-lag"),
-        pytest.param({"poll": 6.0, "advance": 6.0}, 6.0, False, id="at-the-interval"),
+        pytest.param({"poll": 9.1}, 6.0, True, id="loop-blocked"),
+        pytest.param({"poll": 0.1, "advance": 9.5}, 6.0, True, id="no-advance-under-lag"),
+        pytest.param({"poll": 6.5, "advance": 6.5}, 6.0, False, id="past-the-interval-within-the-grace"),
+        pytest.param({"poll": 9.0, "advance": 9.0}, 6.0, False, id="at-the-end-of-the-grace"),
         pytest.param({"commit": 600.0}, 6.0, False, id="old-commit-alone"),
         pytest.param({"poll": 600.0}, None, False, id="interval-unknown"),
         pytest.param({}, 6.0, False, id="no-progress"),
@@ -188,3 +191,11 @@ def test_a_refusal_as_stuck_reads_back_as_such(answer: HeartbeatAnswer) -> None:
 )
 def test_what_counts_as_stuck(progress: dict[str, float], interval: float | None, refused: bool) -> None:
     assert (stuck_refusal(progress, interval) is not None) is refused
+
+
+def test_the_operator_judges_stuck_only_after_a_working_watchdog_would_have() -> None:
+    # The replica's verdict names its own rule; the operator's refusal is the backstop. A
+    # heartbeat's progress is rounded to REPORT_DECIMALS, so the grace must exceed that too.
+    rounding = 10.0**-REPORT_DECIMALS
+    assert LATEST_VERDICT_S + rounding < STUCK_GRACE_S
+    assert stuck_refusal({"poll": 6.0 + LATEST_VERDICT_S + rounding}, 6.0) is None
