@@ -1,8 +1,10 @@
 """A poison message under a real policy (issue 10, design §9.2): with the default
 `consumers.onError` (retry, then stop) the replica stops only that partition, keeps its others,
 never restarts, and the policy's status names the stopped partition (member `stopped`,
-Degraded=True PartitionsStopped). Changing the policy to `skip` rolls the pods, the poison
-message is skipped, every message is processed and Degraded clears."""
+Degraded=True PartitionsStopped). The operator hands a stopped partition to another replica once
+(controller/lagstate.py): when the failure was the replica's own, the next one processes it;
+when the message is poison, it stops there too and stays. Changing the policy to `skip` rolls
+the pods, the poison message is skipped, every message is processed and Degraded clears."""
 
 from __future__ import annotations
 
@@ -11,11 +13,13 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.consumer_e2e import PolicyStack, StackFactory
+from groupops.consumer.audit import load_journals
+from tests.e2e.consumer_e2e import PolicyStack, StackFactory, partition
 from tests.e2e.operator_support import condition
 from tests.e2e.runtime_support import ProducedLog
 from tests.e2e.waiting import wait_for
 from tests.integration.test_consumer_offsets import produce
+from tests.integration.test_consumer_poison import FAIL_WHERE
 from tests.integration.test_consumer_stuck import REPO_ROOT, produce_poison
 
 pytestmark = pytest.mark.e2e
@@ -31,6 +35,11 @@ def degraded(s: PolicyStack) -> dict[str, Any]:
 
 def stopped_in_status(s: PolicyStack) -> list[str]:
     return [item for member in s.status().get("members") or [] for item in member.get("stopped") or []]
+
+
+def stopped_by(s: PolicyStack) -> set[str]:
+    """The replicas whose journal says they stopped a partition on a failing message."""
+    return {str(e.get("i")) for e in load_journals(s.record_dir).events if e.get("k") == "stopped"}
 
 
 def skipped_in_status(s: PolicyStack) -> int:
@@ -58,6 +67,13 @@ def test_a_poison_message_stops_one_partition_is_reported_and_a_policy_change_mo
         stopped_note = f"{s.topic}-{POISONED}@{poison_offset}"
 
         wait_for("the stopped partition in the status", lambda: stopped_in_status(s) == [stopped_note], 60)
+        wait_for(
+            "both replicas stopping on it",
+            lambda: stopped_by(s) == set(identities),
+            120,
+            explain=s.diagnostics,
+        )
+        wait_for("the stopped partition in the status", lambda: stopped_in_status(s) == [stopped_note], 60)
         state = degraded(s)
         assert state.get("status") == "True" and state.get("reason") == "PartitionsStopped", state
         assert stopped_note in state["message"]
@@ -83,3 +99,48 @@ def test_a_poison_message_stops_one_partition_is_reported_and_a_policy_change_mo
         print(f"\n{report.summary()}; consumer processes {len(s.kubelet.history)}")
         assert len(s.kubelet.history) > processes, "the onError change rolled the pods"
         assert report.overlaps == []
+
+
+def test_a_partition_stopped_by_one_replicas_own_failure_is_handed_to_another_which_processes_it(
+    new_stack: StackFactory,
+) -> None:
+    # Only the first replica fails on the message (a fault of that replica: a broken local
+    # dependency, a bad node); the operator moves the stopped partition once, and nothing waits
+    # for a person.
+    env = {
+        "GROUPOPS_PROCESSOR": "tests.integration.test_consumer_poison:fail_on_poison_where",
+        FAIL_WHERE: "*-0",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    with new_stack(partitions=PARTITIONS, extra_env=env) as s:
+        identities = [s.identity(i) for i in range(REPLICAS)]
+        consumers = {"replicas": REPLICAS, "onError": {"retries": 1, "backoffSeconds": 0.1}}
+        s.apply(strategy={"type": "range", "autoOffsetReset": "earliest"}, consumers=consumers)
+        wait_for("both replicas acknowledging", lambda: s.settled(identities), 180, explain=s.diagnostics)
+        failing = partition(s, POISONED)
+        assert s.owner_in_plan(failing) == identities[0], "range gives the first replica partitions 0 and 1"
+
+        before = produce(s.bootstrap, s.topic, range(PARTITIONS), 10, "before")
+        poison = ProducedLog()
+        produce_poison(s.bootstrap, s.topic, POISONED, poison)
+        after = produce(s.bootstrap, s.topic, range(PARTITIONS), 5, "after")
+
+        report = s.wait_processed(before.acked + poison.acked + after.acked, timeout=180)
+        assert stopped_by(s) == {identities[0]}, "the first replica stopped on it, the second did not"
+        (poison_at,) = poison.acked
+        processed_by = {
+            r.identity
+            for r in load_journals(s.record_dir).processed
+            if (r.topic, r.partition, r.offset) == poison_at
+        }
+        assert processed_by == {identities[1]}
+        assert s.owner_in_plan(failing) == identities[1]
+        rebalances = [
+            e for e in s.api.list("Event", s.namespace) if "PartitionStalled" in str(e.get("message"))
+        ]
+        assert rebalances, "the handoff says why it moved the partition"
+        wait_for("Degraded cleared", lambda: degraded(s).get("status") == "False", 120, explain=s.diagnostics)
+        print(f"\n{report.summary()}; consumer processes {len(s.kubelet.history)}")
+        assert len(s.kubelet.history) == REPLICAS, "no replica crashed or restarted"
+        assert report.overlaps == []
+        assert report.unexplained == []

@@ -5,6 +5,7 @@ record with its error headers)."""
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import time
 import urllib.request
@@ -36,6 +37,16 @@ def fail_on_poison(message: Any) -> None:
     """The test processor: raises on the message `poison`, in every replica."""
     if message.value() == b"poison":
         raise ValueError(f"cannot parse record at offset {message.offset()}")
+
+
+FAIL_WHERE = "GROUPOPS_TEST_FAIL_WHERE"
+
+
+def fail_on_poison_where(message: Any) -> None:
+    """The test processor of a replica-specific fault: raises on the message `poison` only in a
+    process whose identity matches $GROUPOPS_TEST_FAIL_WHERE (fnmatch); elsewhere it goes through."""
+    if fnmatch.fnmatchcase(os.environ.get("GROUPOPS_IDENTITY", ""), os.environ.get(FAIL_WHERE, "")):
+        fail_on_poison(message)
 
 
 def poison_env(action: str, **more: str) -> dict[str, str]:

@@ -29,11 +29,14 @@ closest to it in lag (the counts stay as the strategy made them); a rebalance wi
 later target is corrected the same way (the strategies know nothing of it, and `lag` would hand
 it straight back), and if it stays stalled under its new owner it is reported, not moved again
 (the fault is then likely its messages, not the replica). It ends with the standstill; the
-strategy then places the partition freely. Only with approval auto, delivery plan, a strategy
-other than failover (one active replica by design), fresh lag, no offset reset pausing
-partitions, and not for a partition its replica stopped on a failing message (consumers.onError:
-PartitionsStopped says so already). STOP is reported and never replanned: nobody live owns the
-partition, which the membership triggers answer when a replica comes back.
+strategy then places the partition freely. A partition its live replica stopped on a failing
+message (consumers.onError, reported in its Lease) is handed away the same way at once, without
+waiting for the window: the replica's report is the evidence. If the next replica stops on it
+too, the message is poison and it stays there, PartitionsStopped (design §9.2). Only with
+approval auto, delivery plan, a strategy other than failover (one active replica by design),
+a `kafka` lag source (the standstill is what keeps it away) and no offset reset pausing
+partitions. STOP is reported and never replanned: nobody live owns the partition, which the
+membership triggers answer when a replica comes back.
 """
 
 from __future__ import annotations
@@ -209,22 +212,20 @@ def hand_off_stalled(  # noqa: PLR0917 - one call site, the reconcile's plan ste
     standstill = {tp: w.commits.still_since for tp, w in windows.items() if w.commits.still_since is not None}
     for tp in [tp for tp, (since, _) in memory.stall_handoffs.items() if standstill.get(tp) != since]:
         del memory.stall_handoffs[tp]  # that standstill ended: the strategy decides freely again
-    stopped = {tp for lease in view.leases.values() for tp, _ in lease.stopped}
-    for s in state.stuck:  # STALL implies a standstill (`planner.stuck.judge`)
-        if (
-            s.state is PartitionState.STALL
-            and s.identity in decision.members
-            and s.tp not in stopped
-            and s.tp in standstill
-            and s.tp not in memory.stall_handoffs
-        ):
-            memory.stall_handoffs[s.tp] = (standstill[s.tp], s.identity)
+    stopped_on = {tp: identity for identity, lease in view.leases.items() for tp, _ in lease.stopped}
+    stuck_on = {s.tp: s.identity for s in state.stuck if s.state is PartitionState.STALL}
+    # A stop counts while its replica is live and the plan still gives it the partition: the
+    # report of one that already released it may outlive the release for a renewal.
+    stuck_on.update((tp, who) for tp, who in stopped_on.items() if who in live and owners.get(tp) == who)
+    for tp, identity in stuck_on.items():  # STALL implies a standstill (`planner.stuck.judge`)
+        if identity in decision.members and tp in standstill and tp not in memory.stall_handoffs:
+            memory.stall_handoffs[tp] = (standstill[tp], identity)
     receivers = decision.members & live
     if not memory.stall_handoffs or len(receivers) < 2:
         return decision
     base = decision.target if decision.target is not None else current
     lag_of = {tp: window.lag for tp, window in windows.items()}
-    unmoved = stopped | {s.tp for s in state.stuck}  # never swapped in: stuck themselves
+    unmoved = set(stopped_on) | {s.tp for s in state.stuck}  # never swapped in: stuck themselves
     target, moved = kept_away(base, memory.stall_handoffs, receivers, lag_of, unmoved=unmoved)
     if not moved:
         return decision

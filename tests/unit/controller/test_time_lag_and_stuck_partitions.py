@@ -284,17 +284,44 @@ def test_with_manual_approval_a_stalled_partition_is_reported_not_moved() -> Non
     assert world.value("groupops_rebalances_total", trigger="PartitionStalled") is None
 
 
-def test_a_partition_its_replica_stopped_on_a_failing_message_is_reported_not_moved() -> None:
-    world = World(KAFKA)
+def test_a_partition_its_replica_stopped_on_a_failing_message_is_handed_away_once() -> None:
+    # A window of 300 s: the replica's own report moves it at once, long before a STALL verdict.
+    world = World({**KAFKA, "consumers": {"replicas": 3, "maxPollIntervalSeconds": 300}})
     world.run()
-    owner = world.owner_of(1)
-    world.acknowledge(stopped={owner: ((TopicPartition("t", 1), 950),)})
+    failing = TopicPartition("t", 1)
+    first = world.owner_of(1)
+    world.acknowledge(stopped={first: ((failing, 950),)})
     world.partitions.standing, world.partitions.idle = {1}, {1}
     world.tick()
+    assert "stuckPartitions" not in world.status, "not STALL yet: the window has not passed"
+    assert world.plan().releasing[failing].identity == first, "its replica lets it go"
+    assert world.value("groupops_rebalances_total", trigger="PartitionStalled") == 1
+
+    world.acknowledge()
     world.tick()
-    assert [entry["state"] for entry in world.status["stuckPartitions"]] == ["STALL"]
-    assert world.owner_of(1) == owner and world.plan().releasing == {}
-    assert world.value("groupops_rebalances_total", trigger="PartitionStalled") is None
+    second = world.owner_of(1)
+    assert second != first
+    world.acknowledge(stopped={second: ((failing, 950),)})  # it fails there too: poison, not a replica
+    for _ in range(3):
+        world.tick()
+    assert world.owner_of(1) == second and world.plan().releasing == {}
+    assert world.value("groupops_rebalances_total", trigger="PartitionStalled") == 1, "moved once"
+
+
+def test_a_stopped_partition_the_next_replica_processes_is_placed_freely_again() -> None:
+    world = World(KAFKA)
+    world.run()
+    failing = TopicPartition("t", 1)
+    first = world.owner_of(1)
+    world.acknowledge(stopped={first: ((failing, 950),)})
+    world.partitions.standing, world.partitions.idle = {1}, {1}
+    world.tick()
+    world.acknowledge()
+    world.tick()
+    assert world.owner_of(1) != first
+    world.partitions.standing, world.partitions.idle = set(), set()  # the next replica got past it
+    world.tick()
+    assert world.memory.stall_handoffs == {}, "the standstill ended: nothing is kept away"
 
 
 @pytest.mark.parametrize(
