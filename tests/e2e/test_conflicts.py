@@ -1,6 +1,7 @@
 """Two policies on one group of one Kafka cluster, on the real API server and operator: the later
 one says Stalled=True Conflict naming the first and has no pods, Leases or plan, while the first
-runs on; deleting the first wakes the later one, which plans and creates its pods.
+runs on; deleting the first wakes the later one, which plans and creates its pods. A policy that
+names a ConsumerGroupCluster and one that writes that cluster's servers inline are one cluster.
 
 The operator ticks every 60 s here, longer than the test waits: the later policy runs after the
 deletion because the deletion woke it (docs/design.md §6.4), not because its tick came."""
@@ -22,14 +23,16 @@ WOKEN_WITHIN_S = 20.0
 """How long the later policy may take to run after the first is deleted: well under the tick."""
 
 
-def policy(name: str, servers: str) -> dict[str, Any]:
+def policy(
+    name: str, servers: str | None = None, *, cluster: str | None = None, group: str = "shared-group"
+) -> dict[str, Any]:
     return {
         "apiVersion": "groupops.dev/v1alpha1",
         "kind": "ConsumerGroupPolicy",
         "metadata": {"name": name},
         "spec": {
-            "kafka": {"bootstrapServers": servers},
-            "groupId": "shared-group",
+            "kafka": {"bootstrapServers": servers} if cluster is None else {"clusterRef": {"name": cluster}},
+            "groupId": group,
             "topics": ["t"],
             "strategy": {"type": "lag"},
             "lagSource": {"type": "static", "static": {"lags": {"t": [40, 30, 20, 10]}}},
@@ -99,3 +102,35 @@ def test_the_later_policy_stands_down_until_the_first_is_deleted(
     assert owned(kubectl, namespace, "pods", "beta") == ["beta-0", "beta-1"]
     plan = plan_of(kubectl, namespace, "beta")
     assert sorted(k for k in plan if k not in ("epoch", "strategy")) == ["shared-group-0", "shared-group-1"]
+
+
+def test_a_policy_naming_a_cluster_and_one_writing_its_servers_inline_are_one_cluster(
+    kubectl: Kubectl, namespace: str, slow_operator: OperatorProcess
+) -> None:
+    cluster = f"{namespace}-kafka"
+    kubectl.apply(
+        {
+            "apiVersion": "groupops.dev/v1alpha1",
+            "kind": "ConsumerGroupCluster",
+            "metadata": {"name": cluster},
+            "spec": {"bootstrapServers": "127.0.0.1:9092,localhost:9092"},
+        },
+        namespace,
+    )
+    try:
+        kubectl.apply(policy("by-ref", cluster=cluster, group="by-cluster"), namespace)
+        wait_for("by-ref to run", settled(kubectl, namespace, "by-ref"), timeout=30)
+        kubectl.apply(policy("inline", "LOCALHOST:9092", group="by-cluster"), namespace)
+
+        def stalled() -> dict[str, Any] | None:
+            found = cgp(kubectl, namespace, "inline")
+            return found if condition(found, "Stalled").get("reason") == "Conflict" else None
+
+        inline = wait_for("the inline policy to stand down", stalled, timeout=30)
+        message = condition(inline, "Stalled")["message"]
+        assert f"policy {namespace}/by-ref claims group by-cluster" in message
+        assert "localhost:9092" in message, "the server both reach"
+        assert owned(kubectl, namespace, "pods", "inline") == []
+        assert condition(cgp(kubectl, namespace, "by-ref"), "Ready")["reason"] == "Reconciled"
+    finally:
+        kubectl.run("delete", "cgc", cluster, "--wait=false")

@@ -31,8 +31,8 @@ from rich.table import Table
 from groupops.commands import options
 from groupops.commands.errors import RUNTIME_FAILURE, fail
 from groupops.commands.options import DocumentOutput
+from groupops.controller.cluster_spec import normalise_servers
 from groupops.controller.clusters import CLUSTER_KIND
-from groupops.controller.conflicts import normalise_servers
 from groupops.controller.names import API_GROUP, API_VERSION, KIND
 from groupops.controller.pipeline_plan import MAX_ANNOTATION_BYTES, PIPELINE_PLAN_ANNOTATION, annotation_for
 from groupops.kubeapi import Forbidden, KubeClient, KubeError

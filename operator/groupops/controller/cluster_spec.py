@@ -19,7 +19,7 @@ from groupops.controller.spec import SpecError, spec_error_from
 from groupops.controller.spec_schema import BootstrapServers
 from groupops.planner.budget import BudgetLimits
 
-__all__ = ["ClusterSpec", "parse_cluster"]
+__all__ = ["DEFAULT_PORT", "ClusterSpec", "normalise_server", "normalise_servers", "parse_cluster"]
 
 _NamespaceName = Annotated[
     str, Meta(min_length=1, max_length=63, pattern=r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$")
@@ -94,3 +94,33 @@ def parse_cluster(spec: Any) -> ClusterSpec:
         allowed_namespaces=None if doc.allowed_namespaces is None else frozenset(doc.allowed_namespaces),
         budget=limits,
     )
+
+
+DEFAULT_PORT = "9092"
+"""The port of a bootstrap server written without one (librdkafka's default)."""
+
+
+def normalise_server(server: str) -> str | None:
+    """`host:port` as the rule compares it (None: nothing written). `PLAINTEXT://Kafka-1.` ->
+    `kafka-1:9092`; `[::1]` -> `[::1]:9092`. A host with several colons and no brackets is an
+    IPv6 address without a port."""
+    text = server.strip()
+    if "://" in text:  # librdkafka takes `[protocol://]host[:port]`
+        text = text.split("://", 1)[1]
+    if not text:
+        return None
+    if text.startswith("["):
+        inside, _, rest = text[1:].partition("]")
+        host, port = f"[{inside}]", rest[1:] if rest.startswith(":") else ""
+    elif text.count(":") == 1:
+        host, _, port = text.partition(":")
+    else:
+        host, port = text, ""
+    host = host.lower().rstrip(".")
+    port = str(int(port)) if port.isdigit() else port or DEFAULT_PORT
+    return f"{host}:{port}" if host else None
+
+
+def normalise_servers(servers: str) -> frozenset[str]:
+    """The normalised servers of a `bootstrapServers` value (comma-separated)."""
+    return frozenset(filter(None, (normalise_server(part) for part in servers.split(","))))

@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from groupops.controller.cache import WatchCache
-from groupops.controller.cluster_spec import ClusterSpec, parse_cluster
+from groupops.controller.cluster_spec import ClusterSpec, normalise_servers, parse_cluster
 from groupops.controller.context import iso
 from groupops.controller.metrics import Metrics
 from groupops.controller.names import API_GROUP, API_VERSION
@@ -200,6 +200,15 @@ class ClusterBook:
             operator_auth=cluster.operator_auth,
         )
         return replace(spec, kafka=kafka)
+
+    def servers_of(self, name: str) -> frozenset[str]:
+        """The normalised bootstrap servers of cluster `name` as last seen by the watch (empty:
+        unknown or invalid); the conflict rule's view of a clusterRef (conflicts.py rule 2)."""
+        with self._lock:
+            entry = self._entries.get(name)
+        if entry is None or entry.spec is None:
+            return frozenset()
+        return normalise_servers(entry.spec.bootstrap_servers)
 
     def cluster_of(self, key: PolicyKey) -> str | None:
         with self._lock:

@@ -2,7 +2,7 @@
 would publish two plans and run two sets of replicas committing for one group. The later one
 stands down (docs/design.md §6.4).
 
-Stage: controller. The rule (`normalise_servers`, `claim_of`, `first_rival`) is pure: the
+Stage: controller. The rule (`cluster_spec.normalise_servers`, `claim_of`, `first_rival`) is pure: the
 policies' objects in, an answer out, no clock and no API call, so every operator replica and
 every reconcile gives the same one. `PolicyClaims` keeps every watched policy's claim, indexed by
 group id, from a watch of the policies that `main.run_operator` starts with the watch caches
@@ -14,10 +14,12 @@ The rule, in order:
 
 1. A policy claims (`spec.groupId`, `spec.kafka.bootstrapServers`) as written, valid or not.
    A dry run claims nothing and is never refused: it publishes no plan and runs no consumer.
-2. Same cluster, until an object stands for a Kafka cluster: the two policies' bootstrap server
+2. Same cluster: the two policies name the same ConsumerGroupCluster, or their bootstrap server
    sets intersect after each `host[:port]` is normalised (protocol prefix dropped, host
-   lowercased without a trailing dot, port 9092 when none is written). Nothing is resolved:
-   `kafka:9092` and `10.0.0.7:9092` are different clusters to this rule even when they are one.
+   lowercased without a trailing dot, port 9092 when none is written). A clusterRef reaches
+   the servers its cluster lists (`ClusterBook.servers_of`, as last seen), so a policy written
+   inline and one naming the cluster meet. No name is resolved: `kafka:9092` and
+   `10.0.0.7:9092` are different clusters to this rule even when they are one.
 3. Of two claims on one group id and one cluster the first is the one with the earlier
    `metadata.creationTimestamp`, then the smaller namespace, then the smaller name (the
    timestamp has one-second resolution). Namespaces do not separate claims: a Kafka group id is
@@ -45,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from groupops.controller.apply import apply
 from groupops.controller.cache import STARTUP_SYNC_S, WatchCache
+from groupops.controller.cluster_spec import normalise_servers
 from groupops.controller.names import API_GROUP, API_VERSION, KIND, owned_selector
 from groupops.controller.report import fail
 from groupops.kubeapi import KubeClient, KubeError
@@ -55,7 +58,6 @@ if TYPE_CHECKING:
     from groupops.controller.settings import Settings
 
 __all__ = [
-    "DEFAULT_PORT",
     "STOPPED_FIGURES",
     "Claim",
     "PolicyClaims",
@@ -64,16 +66,12 @@ __all__ = [
     "claim_of",
     "conflict_message",
     "first_rival",
-    "normalise_server",
-    "normalise_servers",
     "stand_down_if_later",
     "start_policy_claims",
 ]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PORT = "9092"
-"""The port of a bootstrap server written without one (librdkafka's default)."""
 
 STOPPED_FIGURES = (
     "replicas",
@@ -98,6 +96,9 @@ WakeListener = Callable[[frozenset[PolicyKey]], None]
 """listener(keys): the policies whose first rival changed (called from the watch's thread)."""
 
 _API_VERSION = f"{API_GROUP}/{API_VERSION}"
+
+ServersOf = Callable[[str], frozenset[str]]
+"""A ConsumerGroupCluster's name -> its normalised bootstrap servers (empty: not known)."""
 _NEVER = datetime.max.replace(tzinfo=UTC)
 
 
@@ -106,32 +107,6 @@ _NEVER = datetime.max.replace(tzinfo=UTC)
 
 CLUSTER_TOKEN = "consumergroupcluster/"
 """What a policy with a clusterRef claims instead of servers: the cluster's name."""
-
-
-def normalise_server(server: str) -> str | None:
-    """`host:port` as the rule compares it (None: nothing written). `PLAINTEXT://Kafka-1.` ->
-    `kafka-1:9092`; `[::1]` -> `[::1]:9092`. A host with several colons and no brackets is an
-    IPv6 address without a port."""
-    text = server.strip()
-    if "://" in text:  # librdkafka takes `[protocol://]host[:port]`
-        text = text.split("://", 1)[1]
-    if not text:
-        return None
-    if text.startswith("["):
-        inside, _, rest = text[1:].partition("]")
-        host, port = f"[{inside}]", rest[1:] if rest.startswith(":") else ""
-    elif text.count(":") == 1:
-        host, _, port = text.partition(":")
-    else:
-        host, port = text, ""
-    host = host.lower().rstrip(".")
-    port = str(int(port)) if port.isdigit() else port or DEFAULT_PORT
-    return f"{host}:{port}" if host else None
-
-
-def normalise_servers(servers: str) -> frozenset[str]:
-    """The normalised servers of a `bootstrapServers` value (comma-separated)."""
-    return frozenset(filter(None, (normalise_server(part) for part in servers.split(","))))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -144,6 +119,15 @@ class Claim:
     """metadata.creationTimestamp; None (never from the API server) sorts after every time."""
     group_id: str
     servers: frozenset[str]
+    """The normalised servers it names inline, or `CLUSTER_TOKEN` + the cluster's name."""
+    cluster: str | None = None
+    """spec.kafka.clusterRef.name, when it names one."""
+
+    def reach(self, servers_of: ServersOf | None) -> frozenset[str]:
+        """What it claims: its own servers, and with a clusterRef the servers its cluster lists."""
+        if self.cluster is None or servers_of is None:
+            return self.servers
+        return self.servers | servers_of(self.cluster)
 
     @property
     def key(self) -> PolicyKey:
@@ -154,10 +138,10 @@ class Claim:
         """Earlier is first: creation time, then namespace, then name."""
         return self.created or _NEVER, self.namespace, self.name
 
-    def collides(self, other: Claim) -> bool:
+    def collides(self, other: Claim, servers_of: ServersOf | None = None) -> bool:
         """Another policy claims this group on this cluster."""
         same_group = other.group_id == self.group_id
-        return other.key != self.key and same_group and bool(self.servers & other.servers)
+        return other.key != self.key and same_group and bool(self.reach(servers_of) & other.reach(servers_of))
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
@@ -183,12 +167,13 @@ def claim_of(body: Mapping[str, Any]) -> Claim | None:
         created=_timestamp(meta.get("creationTimestamp")),
         group_id=group_id,
         servers=servers,
+        cluster=cluster if isinstance(cluster, str) and cluster else None,
     )
 
 
-def first_rival(claim: Claim, claims: Iterable[Claim]) -> Claim | None:
+def first_rival(claim: Claim, claims: Iterable[Claim], servers_of: ServersOf | None = None) -> Claim | None:
     """The first of the claims that collide with `claim` and come before it (None: it is first)."""
-    earlier = [other for other in claims if claim.collides(other) and other.order < claim.order]
+    earlier = [other for other in claims if claim.collides(other, servers_of) and other.order < claim.order]
     return min(earlier, key=lambda other: other.order, default=None)
 
 
@@ -220,6 +205,8 @@ class PolicyClaims:
         self._by_key: dict[PolicyKey, Claim] = {}
         self._by_group: dict[str, dict[PolicyKey, Claim]] = {}
         self._listeners: list[WakeListener] = []
+        self.servers_of: ServersOf | None = None
+        """The servers a ConsumerGroupCluster lists (rule 2); set once the cluster book runs."""
         self._watch = WatchCache(client, _API_VERSION, KIND, namespaces=namespaces)
         self._watch.add_listener(self.note)
 
@@ -239,7 +226,7 @@ class PolicyClaims:
                 claims = list(self._by_group.get(claim.group_id, {}).values())
         else:
             claims = self._listed(claim.group_id)
-        return first_rival(claim, claims)
+        return first_rival(claim, claims, self.servers_of)
 
     def note(self, event_type: str, body: Mapping[str, Any]) -> None:
         """A policy event of the watch (ADDED, MODIFIED, DELETED): update its claim, and tell the
@@ -288,7 +275,7 @@ class PolicyClaims:
         for group in groups:
             claims = list(self._by_group.get(group, {}).values())
             for claim in claims:
-                rival = first_rival(claim, claims)
+                rival = first_rival(claim, claims, self.servers_of)
                 standings[claim.key] = None if rival is None else rival.key
         return standings
 
@@ -333,12 +320,14 @@ def stand_down_if_later(run: RunContext) -> None:
     except KubeError as e:
         fail(run, "KubernetesUnavailable", str(e), transient=True)
     run.deps.metrics.forget(run.policy.namespace, run.policy.name)
-    fail(run, "Conflict", conflict_message(claim, rival), transient=False, cleared=STOPPED_FIGURES)
+    message = conflict_message(claim, rival, claims.servers_of)
+    fail(run, "Conflict", message, transient=False, cleared=STOPPED_FIGURES)
 
 
-def conflict_message(claim: Claim, rival: Claim) -> str:
+def conflict_message(claim: Claim, rival: Claim, servers_of: ServersOf | None = None) -> str:
     """The condition's message: stable from run to run (the status is written once)."""
-    shared = ", ".join(sorted(claim.servers & rival.servers))
+    both = claim.reach(servers_of) & rival.reach(servers_of)
+    shared = ", ".join(sorted(both, key=lambda server: (server.startswith(CLUSTER_TOKEN), server)))
     when = (
         "in the same second, and its namespace/name sorts first"
         if rival.created == claim.created

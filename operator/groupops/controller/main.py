@@ -69,6 +69,7 @@ def run_operator(settings: Settings, *, verbose: bool = False) -> None:
     tick = settings.reconcile.tick_seconds
     clusters = ClusterBook(client, metrics=metrics, stale_after=3 * tick + 5, learning_s=2 * tick + 5)
     clusters.start()  # ConsumerGroupClusters and their budgets (design §15)
+    claims.servers_of = clusters.servers_of  # inline servers and clusterRefs meet (design §6.4)
     sightings = LeaseSightings()  # from now on, standing by or not (docs/design.md §8.1)
     caches.leases.add_listener(sightings.note)
     for lease in caches.leases.list(None):

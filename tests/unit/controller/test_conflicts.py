@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from groupops.controller.cluster_spec import normalise_server, normalise_servers
 from groupops.controller.conflicts import (
     Claim,
     PolicyClaims,
@@ -20,8 +21,6 @@ from groupops.controller.conflicts import (
     claim_of,
     conflict_message,
     first_rival,
-    normalise_server,
-    normalise_servers,
 )
 from groupops.controller.events import EventSink
 from groupops.controller.metrics import Metrics
@@ -182,6 +181,37 @@ def test_the_message_names_the_rival_the_shared_servers_and_why_it_is_first() ->
     assert earlier.startswith("policy ns/a claims group g on the same Kafka cluster (kafka:9092)")
     assert "created at 2025-01-01T09:00:00Z, before this one" in earlier
     assert "created in the same second, and its namespace/name sorts first" in same_second
+
+
+CLUSTERS = {"prod": frozenset({"kafka:9092", "kafka-2:9092"}), "staging": frozenset({"staging:9092"})}
+
+
+@pytest.mark.parametrize(
+    ("first", "later"),
+    [
+        pytest.param(
+            {"name": "a", "cluster": "prod"}, {"name": "b", "servers": "KAFKA-2"}, id="inline-after-ref"
+        ),
+        pytest.param(
+            {"name": "a", "servers": "kafka:9092"}, {"name": "b", "cluster": "prod"}, id="ref-after-inline"
+        ),
+    ],
+)
+def test_a_cluster_ref_and_its_clusters_servers_written_inline_are_one_cluster(
+    first: dict[str, Any], later: dict[str, Any]
+) -> None:
+    a, b = claim(**first, created=T0), claim(**later, created=T1)
+    assert first_rival(b, [a, b], CLUSTERS.__getitem__) == a
+    assert first_rival(a, [a, b], CLUSTERS.__getitem__) is None
+    message = conflict_message(b, a, CLUSTERS.__getitem__)
+    assert "on the same Kafka cluster (kafka" in message, message
+
+
+def test_a_cluster_ref_reaches_only_its_own_clusters_servers() -> None:
+    a, b = claim("a", cluster="staging", created=T0), claim("b", servers="kafka:9092", created=T1)
+    assert first_rival(b, [a, b], CLUSTERS.__getitem__) is None
+    unknown = claim("c", cluster="gone", created=T1)
+    assert first_rival(unknown, [a, unknown], lambda name: CLUSTERS.get(name, frozenset())) is None
 
 
 def test_a_dry_run_neither_claims_nor_is_refused() -> None:
