@@ -1,7 +1,8 @@
 """Two policies on one group of one Kafka cluster, on the real API server and operator: the later
 one says Stalled=True Conflict naming the first and has no pods, Leases or plan, while the first
 runs on; deleting the first wakes the later one, which plans and creates its pods. A policy that
-names a ConsumerGroupCluster and one that writes that cluster's servers inline are one cluster.
+names a ConsumerGroupCluster and one that writes that cluster's servers inline are one cluster;
+the one naming it takes the cluster's policyDefaults.
 
 The operator ticks every 60 s here, longer than the test waits: the later policy runs after the
 deletion because the deletion woke it (docs/design.md §6.4), not because its tick came."""
@@ -113,13 +114,22 @@ def test_a_policy_naming_a_cluster_and_one_writing_its_servers_inline_are_one_cl
             "apiVersion": "groupops.dev/v1alpha1",
             "kind": "ConsumerGroupCluster",
             "metadata": {"name": cluster},
-            "spec": {"bootstrapServers": "127.0.0.1:9092,localhost:9092"},
+            "spec": {
+                "bootstrapServers": "127.0.0.1:9092,localhost:9092",
+                "policyDefaults": {"consumers": {"maxPollIntervalSeconds": 45}},
+            },
         },
         namespace,
     )
     try:
         kubectl.apply(policy("by-ref", cluster=cluster, group="by-cluster"), namespace)
         wait_for("by-ref to run", settled(kubectl, namespace, "by-ref"), timeout=30)
+        stored = cgp(kubectl, namespace, "by-ref")["spec"]
+        assert "maxPollIntervalSeconds" not in stored["consumers"], "no schema default hides 'unset'"
+        pod = kubectl.get_json("pod", "by-ref-0", namespace)
+        assert pod is not None
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        assert env["GROUPOPS_MAX_POLL_INTERVAL_SECONDS"] == "45", "the cluster's policyDefaults"
         kubectl.apply(policy("inline", "LOCALHOST:9092", group="by-cluster"), namespace)
 
         def stalled() -> dict[str, Any] | None:

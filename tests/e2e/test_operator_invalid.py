@@ -218,6 +218,11 @@ def events_of(kubectl: Kubectl, namespace: str, name: str) -> list[str]:
             "spec.operatorAuthSecretRef.namespace",
             id="secret-needs-namespace",
         ),
+        pytest.param(
+            {"bootstrapServers": "k:9092", "policyDefaults": {"consumers": {"maxPollIntervalSeconds": 2}}},
+            "spec.policyDefaults.consumers.maxPollIntervalSeconds",
+            id="policy-default-out-of-bounds",
+        ),
     ],
 )
 def test_api_server_rejects_a_bad_cluster_naming_the_field(

@@ -15,11 +15,19 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta, Struct
 
-from groupops.controller.spec import SpecError, spec_error_from
+from groupops.controller.spec import SpecError, parse_policy, spec_error_from
 from groupops.controller.spec_schema import BootstrapServers
 from groupops.planner.budget import BudgetLimits
 
-__all__ = ["DEFAULT_PORT", "ClusterSpec", "normalise_server", "normalise_servers", "parse_cluster"]
+__all__ = [
+    "CLUSTER_DEFAULTED",
+    "DEFAULT_PORT",
+    "ClusterSpec",
+    "normalise_server",
+    "normalise_servers",
+    "parse_cluster",
+    "with_policy_defaults",
+]
 
 _NamespaceName = Annotated[
     str, Meta(min_length=1, max_length=63, pattern=r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$")
@@ -40,12 +48,45 @@ class _DisruptionBudgetDoc(_Doc, frozen=True):
     max_partitions_moved_per_minute: Annotated[int, Meta(ge=1, le=1_000_000)] | None = None
 
 
+class _RebalanceDefaultsDoc(_Doc, frozen=True):
+    interval: str | None = None
+    imbalance_threshold: float | None = None
+    min_improvement: float | None = None
+    cooldown_seconds: int | None = None
+
+
+class _ConsumerDefaultsDoc(_Doc, frozen=True):
+    max_poll_interval_seconds: int | None = None
+
+
+class _PolicyDefaultsDoc(_Doc, frozen=True):
+    """The policy fields a cluster may default: their bounds are the policy's (checked by
+    parsing a policy that takes them, `_checked_defaults`)."""
+
+    rebalance: _RebalanceDefaultsDoc | None = None
+    consumers: _ConsumerDefaultsDoc | None = None
+    target_time_lag_seconds: float | None = None
+
+
+CLUSTER_DEFAULTED = (
+    ("rebalance", "interval"),
+    ("rebalance", "imbalanceThreshold"),
+    ("rebalance", "minImprovement"),
+    ("rebalance", "cooldownSeconds"),
+    ("consumers", "maxPollIntervalSeconds"),
+    ("targetTimeLagSeconds",),
+)
+"""The policy fields `spec.policyDefaults` may set. The policy CRD gives them no schema default,
+so that "not written" reaches the operator; spec.py's defaults apply when neither sets them."""
+
+
 class ClusterDoc(_Doc, frozen=True):
     bootstrap_servers: BootstrapServers
     properties: Annotated[dict[str, Annotated[str, Meta(max_length=4096)]], Meta(max_length=64)] = {}
     operator_auth_secret_ref: _NamespacedSecretRefDoc | None = None
     allowed_namespaces: Annotated[list[_NamespaceName], Meta(max_length=1000)] | None = None
     disruption_budget: _DisruptionBudgetDoc | None = None
+    policy_defaults: _PolicyDefaultsDoc | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -57,6 +98,8 @@ class ClusterSpec:
     operator_auth: tuple[str, str] | None = None
     allowed_namespaces: frozenset[str] | None = None
     budget: BudgetLimits | None = None
+    policy_defaults: Mapping[str, Any] = field(default_factory=dict)
+    """spec.policyDefaults as written (camelCase, only what is set): `with_policy_defaults`."""
 
     def allows(self, namespace: str) -> bool:
         allowed = self.allowed_namespaces
@@ -70,7 +113,7 @@ def parse_cluster(spec: Any) -> ClusterSpec:
     try:
         doc = msgspec.convert(spec, ClusterDoc)
     except msgspec.ValidationError as e:
-        raise spec_error_from(str(e), spec, ClusterDoc) from e
+        raise spec_error_from(str(e), spec, ClusterDoc, "ConsumerGroupCluster") from e
     for key in doc.properties:
         if "password" in key or key.endswith((".key", ".pem")) or "secret" in key:
             raise SpecError(
@@ -87,13 +130,47 @@ def parse_cluster(spec: Any) -> ClusterSpec:
         )
     )
     auth = doc.operator_auth_secret_ref
+    defaults = _checked_defaults(spec.get("policyDefaults") if isinstance(spec, Mapping) else None)
     return ClusterSpec(
         bootstrap_servers=doc.bootstrap_servers,
         properties=doc.properties,
         operator_auth=None if auth is None else (auth.namespace, auth.name),
         allowed_namespaces=None if doc.allowed_namespaces is None else frozenset(doc.allowed_namespaces),
         budget=limits,
+        policy_defaults=defaults,
     )
+
+
+def with_policy_defaults(defaults: Mapping[str, Any], spec: Any) -> Any:
+    """A policy's `spec` with its cluster's `defaults` under it: every field the policy writes
+    wins, one level deep (`rebalance.cooldownSeconds` written keeps the cluster's
+    `rebalance.interval`). Anything but a mapping is returned as it is, for parse_policy to refuse."""
+    if not defaults or not isinstance(spec, Mapping):
+        return spec
+    merged = dict(spec)
+    for key, value in defaults.items():
+        written = spec.get(key)
+        if isinstance(value, Mapping) and isinstance(written, Mapping):
+            merged[key] = {**value, **written}
+        elif key not in spec:
+            merged[key] = value
+    return merged
+
+
+_PROBE_POLICY = {"kafka": {"bootstrapServers": "probe:9092"}, "groupId": "probe", "topics": ["probe"]}
+"""The smallest valid policy: the defaults are checked by parsing it with them."""
+
+
+def _checked_defaults(written: Any) -> dict[str, Any]:
+    """spec.policyDefaults as written, checked against the policy's own rules; SpecError names
+    the field under spec.policyDefaults."""
+    if written is None:
+        return {}
+    try:
+        parse_policy(with_policy_defaults(written, _PROBE_POLICY))
+    except SpecError as e:
+        raise SpecError(e.field.replace("spec.", "spec.policyDefaults.", 1), e.message) from e
+    return {key: dict(value) if isinstance(value, Mapping) else value for key, value in written.items()}
 
 
 DEFAULT_PORT = "9092"

@@ -210,6 +210,15 @@ class ClusterBook:
             return frozenset()
         return normalise_servers(entry.spec.bootstrap_servers)
 
+    def policy_defaults_of(self, name: str) -> Mapping[str, Any]:
+        """spec.policyDefaults of cluster `name` (empty: none, or the cluster is missing, invalid
+        or unreadable, which `resolve` then refuses with its reason)."""
+        try:
+            entry = self._entry(name)
+        except ClusterRefusal:
+            return {}
+        return {} if entry is None or entry.spec is None else entry.spec.policy_defaults
+
     def cluster_of(self, key: PolicyKey) -> str | None:
         with self._lock:
             return self._members.get(key)

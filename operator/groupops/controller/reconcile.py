@@ -34,6 +34,7 @@ from typing import Any
 
 from groupops.controller import offset_reset, render_pods, render_rbac
 from groupops.controller.apply import apply
+from groupops.controller.cluster_spec import with_policy_defaults
 from groupops.controller.clusters import ClusterRefusal
 from groupops.controller.conflicts import stand_down_if_later
 from groupops.controller.context import (
@@ -127,7 +128,7 @@ def reconcile(body: Mapping[str, Any], deps: Deps, memory: PolicyMemory) -> Reco
 def _reconcile(run: RunContext) -> ReconcileResult:
     # -- spec ------------------------------------------------------------------------------------
     try:
-        spec = parse_policy(run.body.get("spec"))
+        spec = parse_policy(_with_cluster_defaults(run, run.body.get("spec")))
     except SpecError as e:
         fail(run, "InvalidSpec", str(e), transient=False)
     spec = _resolve_cluster(run, spec)
@@ -290,6 +291,18 @@ def _reconcile(run: RunContext) -> ReconcileResult:
 
 
 # -- steps ---------------------------------------------------------------------------------------
+
+
+def _with_cluster_defaults(run: RunContext, spec: Any) -> Any:
+    """The policy's spec as written, with its ConsumerGroupCluster's policyDefaults under the
+    fields it leaves unset (design §15)."""
+    clusters = run.deps.clusters
+    kafka = spec.get("kafka") if isinstance(spec, Mapping) else None
+    ref = kafka.get("clusterRef") if isinstance(kafka, Mapping) else None
+    name = ref.get("name") if isinstance(ref, Mapping) else None
+    if clusters is None or not isinstance(name, str) or not name:
+        return spec
+    return with_policy_defaults(clusters.policy_defaults_of(name), spec)
 
 
 def _resolve_cluster(run: RunContext, spec: PolicySpec) -> PolicySpec:

@@ -479,24 +479,25 @@ def _check_template(template: TemplateDoc | None) -> None:
 
 _STEP: Final = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
 _ABSENT: Final = object()
-_UNKNOWN_FIELD: Final = (
-    "unknown field: not part of the ConsumerGroupPolicy schema (crds/consumergrouppolicy.yaml)"
-)
+_UNKNOWN_FIELD: Final = "unknown field: not part of the {kind} schema (crds/{file}.yaml)"
 _SHOWN_AT_MOST: Final = 80
 # Values not repeated in messages: a misplaced secret must not reach status and Events.
 _NOT_SHOWN_UNDER: Final = "spec.kafka.properties"
 
 
-def spec_error_from(text: str, spec: Any, root: type = PolicyDoc) -> SpecError:
+def spec_error_from(
+    text: str, spec: Any, root: type = PolicyDoc, kind: str = "ConsumerGroupPolicy"
+) -> SpecError:
     """msgspec's first error ("Expected `int` <= 1000 - at `$.consumers.replicas`") as a
     SpecError on the resource path (`spec.consumers.replicas`), in our words. `root`: the struct
-    `spec` was converted to (a policy's, or a cluster's: `cluster_spec`)."""
+    `spec` was converted to (a policy's, or a cluster's: `cluster_spec`), `kind` its resource."""
     message, path = split_validation_message(text)
     where, declared, value = _locate(path, spec, root)
     if message.startswith("Object missing required field `"):
         return SpecError(f"{where}.{message.split('`')[1]}", "required")
     if message.startswith("Object contains unknown field `"):
-        return SpecError(f"{where}.{message.split('`')[1]}", _UNKNOWN_FIELD)
+        unknown = _UNKNOWN_FIELD.format(kind=kind, file=kind.lower())
+        return SpecError(f"{where}.{message.split('`')[1]}", unknown)
     shown = value is not _ABSENT and not where.startswith(_NOT_SHOWN_UNDER)
     return SpecError(where, _our_words(message, declared, f", got {_shown(value)}" if shown else ""))
 

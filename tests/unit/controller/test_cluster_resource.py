@@ -7,11 +7,13 @@ the policies."""
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from groupops.controller.cluster_spec import parse_cluster
+from groupops.controller.cluster_spec import CLUSTER_DEFAULTED, parse_cluster, with_policy_defaults
 from groupops.controller.clusters import CLUSTER_KIND, ClusterBook
 from groupops.controller.events import EventSink
 from groupops.controller.metrics import Metrics
@@ -22,6 +24,12 @@ from tests.unit.controller.fake_kube import FakeKube
 from tests.unit.controller.test_reconcile_steps import Clock
 
 API = "groupops.dev/v1alpha1"
+CRDS = Path(__file__).resolve().parents[3] / "crds"
+
+
+def crd_spec_schema(name: str) -> dict[str, Any]:
+    crd = yaml.safe_load((CRDS / f"{name}.yaml").read_text())
+    return dict(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"])
 
 
 def put_cluster(kube: FakeKube, name: str, spec: dict[str, Any]) -> None:
@@ -173,6 +181,21 @@ def test_a_namespace_listed_or_a_star_may_use_the_cluster() -> None:
             "spec.disruptionBudget.maxPartitionsMovedPerMinute",
             id="negative-rate",
         ),
+        pytest.param(
+            {"bootstrapServers": "k:1", "policyDefaults": {"rebalance": {"cooldownSeconds": -1}}},
+            "spec.policyDefaults.rebalance.cooldownSeconds",
+            id="default-out-of-bounds",
+        ),
+        pytest.param(
+            {"bootstrapServers": "k:1", "policyDefaults": {"consumers": {"maxPollIntervalSeconds": 2}}},
+            "spec.policyDefaults.consumers.maxPollIntervalSeconds",
+            id="default-below-the-policys-minimum",
+        ),
+        pytest.param(
+            {"bootstrapServers": "k:1", "policyDefaults": {"strategy": {"type": "lag"}}},
+            "spec.policyDefaults.strategy",
+            id="not-a-defaultable-field",
+        ),
     ],
 )
 def test_a_bad_cluster_spec_names_the_field(spec: dict[str, Any], field: str) -> None:
@@ -259,3 +282,64 @@ def test_a_deleted_cluster_leaves_no_budget_and_no_series() -> None:
         metrics.registry.get_sample_value("groupops_cluster_handoffs_in_flight", {"cluster": "prod"}) is None
     )
     assert book.report_once() == 0
+
+
+def rendered_env(fleet: Fleet, name: str) -> dict[str, Any]:
+    pod = fleet.kube.get("v1", "Pod", "ns", f"{name}-0")
+    assert pod is not None
+    return {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+
+
+def test_a_policy_takes_the_clusters_defaults_for_what_it_leaves_unset() -> None:
+    fleet = Fleet()
+    defaults = {"rebalance": {"cooldownSeconds": 600}, "consumers": {"maxPollIntervalSeconds": 45}}
+    put_cluster(fleet.kube, "prod", {"bootstrapServers": "k:9092", "policyDefaults": defaults})
+    unset = policy([5, 5])
+    del unset["rebalance"]["cooldownSeconds"]
+    fleet.kube.put_policy("ns", "unset", unset)
+    written = policy([5, 5], group="h")
+    written["consumers"]["maxPollIntervalSeconds"] = 90
+    fleet.kube.put_policy("ns", "written", written)
+    assert fleet.run("unset").published and fleet.run("written").published
+    assert rendered_env(fleet, "unset")["GROUPOPS_MAX_POLL_INTERVAL_SECONDS"] == "45"
+    assert rendered_env(fleet, "written")["GROUPOPS_MAX_POLL_INTERVAL_SECONDS"] == "90", (
+        "the policy's own wins"
+    )
+    inline = {**policy([5, 5], group="i"), "kafka": {"bootstrapServers": "k:9092"}}
+    fleet.kube.put_policy("ns", "inline", inline)
+    assert fleet.run("inline").published
+    assert rendered_env(fleet, "inline")["GROUPOPS_MAX_POLL_INTERVAL_SECONDS"] == "300", (
+        "no cluster: no defaults"
+    )
+
+
+def test_cluster_defaults_merge_under_the_policy_key_by_key() -> None:
+    defaults = {"rebalance": {"interval": "5m", "cooldownSeconds": 600}, "targetTimeLagSeconds": 30}
+    merged = with_policy_defaults(defaults, {"rebalance": {"cooldownSeconds": 0}, "groupId": "g"})
+    assert merged == {
+        "rebalance": {"interval": "5m", "cooldownSeconds": 0},
+        "targetTimeLagSeconds": 30,
+        "groupId": "g",
+    }
+    spec = parse_policy({**policy([1]), "rebalance": {}, "kafka": {"clusterRef": {"name": "prod"}}})
+    with_defaults = parse_policy(with_policy_defaults(defaults, {**policy([1]), "rebalance": {}}))
+    assert (spec.rebalance.interval_seconds, spec.rebalance.cooldown_seconds) == (60.0, 30)
+    assert (with_defaults.rebalance.interval_seconds, with_defaults.rebalance.cooldown_seconds) == (
+        300.0,
+        600,
+    )
+    assert with_defaults.target_time_lag_seconds == 30
+
+
+def test_the_defaultable_fields_have_no_policy_schema_default_and_the_same_bounds_on_the_cluster() -> None:
+    policy_schema = crd_spec_schema("consumergrouppolicy")
+    cluster_schema = crd_spec_schema("consumergroupcluster")["policyDefaults"]["properties"]
+    for path in CLUSTER_DEFAULTED:
+        in_policy, in_cluster = policy_schema, cluster_schema
+        for key in path[:-1]:
+            in_policy, in_cluster = in_policy[key]["properties"], in_cluster[key]["properties"]
+        field_p, field_c = in_policy[path[-1]], in_cluster[path[-1]]
+        assert "default" not in field_p, f"{path}: a schema default hides 'unset' from the operator"
+        assert {k: v for k, v in field_p.items() if k != "description"} == {
+            k: v for k, v in field_c.items() if k != "description"
+        }, path

@@ -153,19 +153,25 @@ def test_a_bad_damping_value_is_refused_naming_its_field(
 
 
 def test_the_crd_declares_the_same_bounds_and_defaults() -> None:
+    # No schema default for these two: a ConsumerGroupCluster may default them (cluster_spec.py);
+    # the operator's own defaults are the ones the descriptions name.
     rebalance = SPEC_SCHEMA["rebalance"]["properties"]
-    assert {k: rebalance["minImprovement"][k] for k in ("type", "default", "minimum", "maximum")} == {
+    assert {k: rebalance["minImprovement"].get(k) for k in ("type", "default", "minimum", "maximum")} == {
         "type": "number",
-        "default": 0.1,
+        "default": None,
         "minimum": 0,
         "maximum": 0.9,
     }
-    assert {k: rebalance["cooldownSeconds"][k] for k in ("type", "default", "minimum", "maximum")} == {
+    assert {k: rebalance["cooldownSeconds"].get(k) for k in ("type", "default", "minimum", "maximum")} == {
         "type": "integer",
-        "default": 30,
+        "default": None,
         "minimum": 0,
         "maximum": 86_400,
     }
+    unset = parse_policy(with_rebalance()).rebalance
+    assert (unset.min_improvement, unset.cooldown_seconds) == (0.1, 30)
+    assert "Default 0.1," in rebalance["minImprovement"]["description"]
+    assert "Default 30," in rebalance["cooldownSeconds"]["description"]
     behavior = SPEC_SCHEMA["consumers"]["properties"]["autoscale"]["properties"]["behavior"]
     assert behavior["default"] == {}
     for direction, default in (("scaleUp", 0), ("scaleDown", 300)):
