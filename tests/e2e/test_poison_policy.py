@@ -3,8 +3,10 @@
 never restarts, and the policy's status names the stopped partition (member `stopped`,
 Degraded=True PartitionsStopped). The operator hands a stopped partition to another replica once
 (controller/lagstate.py): when the failure was the replica's own, the next one processes it;
-when the message is poison, it stops there too and stays. Changing the policy to `skip` rolls
-the pods, the poison message is skipped, every message is processed and Degraded clears."""
+when the message is poison, it stops there too and stays, and once its offset has stood still
+for the window (maxPollIntervalSeconds) it is reported STALL, not moved again. Changing the
+policy to `skip` rolls the pods, the poison message is skipped, every message is processed and
+Degraded clears."""
 
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ pytestmark = pytest.mark.e2e
 PARTITIONS = 3
 REPLICAS = 2
 POISONED = 1
+STALL_WINDOW_S = 10
+"""consumers.maxPollIntervalSeconds of the poison policy: the window of the STALL verdict."""
 
 
 def degraded(s: PolicyStack) -> dict[str, Any]:
@@ -35,6 +39,10 @@ def degraded(s: PolicyStack) -> dict[str, Any]:
 
 def stopped_in_status(s: PolicyStack) -> list[str]:
     return [item for member in s.status().get("members") or [] for item in member.get("stopped") or []]
+
+
+def stuck_in_status(s: PolicyStack) -> list[dict[str, Any]]:
+    return list(s.status().get("stuckPartitions") or [])
 
 
 def stopped_by(s: PolicyStack) -> set[str]:
@@ -55,7 +63,11 @@ def test_a_poison_message_stops_one_partition_is_reported_and_a_policy_change_mo
     }
     with new_stack(partitions=PARTITIONS, extra_env=env) as s:
         identities = [s.identity(i) for i in range(REPLICAS)]
-        consumers = {"replicas": REPLICAS, "onError": {"retries": 1, "backoffSeconds": 0.1}}
+        consumers = {
+            "replicas": REPLICAS,
+            "onError": {"retries": 1, "backoffSeconds": 0.1},
+            "maxPollIntervalSeconds": STALL_WINDOW_S,
+        }
         s.apply(strategy={"type": "range", "autoOffsetReset": "earliest"}, consumers=consumers)
         wait_for("both replicas acknowledging", lambda: s.settled(identities), 180, explain=s.diagnostics)
 
@@ -74,6 +86,15 @@ def test_a_poison_message_stops_one_partition_is_reported_and_a_policy_change_mo
             explain=s.diagnostics,
         )
         wait_for("the stopped partition in the status", lambda: stopped_in_status(s) == [stopped_note], 60)
+        # Standing still on its second replica for the window: STALL, reported and not moved again.
+        poisoned = partition(s, POISONED)
+        last_owner = s.owner_in_plan(poisoned)
+        assert last_owner is not None
+        stall = {"topic": s.topic, "partition": POISONED, "state": "STALL", "identity": last_owner}
+        wait_for("the poisoned partition reported STALL", lambda: stall in stuck_in_status(s), 90)
+        reasons = {e.get("reason") for e in s.api.list("Event", s.namespace)}
+        assert "PartitionStalled" in reasons, reasons
+        assert s.owner_in_plan(poisoned) == last_owner, "moved once, not again"
         state = degraded(s)
         assert state.get("status") == "True" and state.get("reason") == "PartitionsStopped", state
         assert stopped_note in state["message"]
