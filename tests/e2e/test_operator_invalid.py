@@ -223,6 +223,16 @@ def events_of(kubectl: Kubectl, namespace: str, name: str) -> list[str]:
             "spec.policyDefaults.consumers.maxPollIntervalSeconds",
             id="policy-default-out-of-bounds",
         ),
+        pytest.param(
+            {"bootstrapServers": "k:9092", "policyDefaults": {"lagSource": {"type": "burrow"}}},
+            "spec.policyDefaults.lagSource.burrow",
+            id="lag-source-default-without-its-settings",
+        ),
+        pytest.param(
+            {"bootstrapServers": "k:9092", "policyDefaults": {"lagSource": {"type": "static"}}},
+            "spec.policyDefaults.lagSource.type",
+            id="no-static-lag-source-default",
+        ),
     ],
 )
 def test_api_server_rejects_a_bad_cluster_naming_the_field(

@@ -66,6 +66,7 @@ class _PolicyDefaultsDoc(_Doc, frozen=True):
     rebalance: _RebalanceDefaultsDoc | None = None
     consumers: _ConsumerDefaultsDoc | None = None
     target_time_lag_seconds: float | None = None
+    lag_source: dict[str, Any] | None = None
 
 
 CLUSTER_DEFAULTED = (
@@ -75,9 +76,15 @@ CLUSTER_DEFAULTED = (
     ("rebalance", "cooldownSeconds"),
     ("consumers", "maxPollIntervalSeconds"),
     ("targetTimeLagSeconds",),
+    ("lagSource",),
 )
 """The policy fields `spec.policyDefaults` may set. The policy CRD gives them no schema default,
 so that "not written" reaches the operator; spec.py's defaults apply when neither sets them."""
+
+_REPLACED_WHOLE = frozenset({"lagSource"})
+"""Defaults a policy's own object replaces rather than merges into: a lag source's settings
+depend on its type, so `{type: prometheus, prometheus: {...}}` under a policy's `{type: kafka}`
+would mix two sources."""
 
 
 class ClusterDoc(_Doc, frozen=True):
@@ -144,13 +151,14 @@ def parse_cluster(spec: Any) -> ClusterSpec:
 def with_policy_defaults(defaults: Mapping[str, Any], spec: Any) -> Any:
     """A policy's `spec` with its cluster's `defaults` under it: every field the policy writes
     wins, one level deep (`rebalance.cooldownSeconds` written keeps the cluster's
-    `rebalance.interval`). Anything but a mapping is returned as it is, for parse_policy to refuse."""
+    `rebalance.interval`), except `lagSource`, taken whole from one or the other. Anything but a
+    mapping is returned as it is, for parse_policy to refuse."""
     if not defaults or not isinstance(spec, Mapping):
         return spec
     merged = dict(spec)
     for key, value in defaults.items():
         written = spec.get(key)
-        if isinstance(value, Mapping) and isinstance(written, Mapping):
+        if isinstance(value, Mapping) and isinstance(written, Mapping) and key not in _REPLACED_WHOLE:
             merged[key] = {**value, **written}
         elif key not in spec:
             merged[key] = value
@@ -166,6 +174,12 @@ def _checked_defaults(written: Any) -> dict[str, Any]:
     the field under spec.policyDefaults."""
     if written is None:
         return {}
+    lag_source = written.get("lagSource") if isinstance(written, Mapping) else None
+    if isinstance(lag_source, Mapping) and lag_source.get("type") == "static":
+        raise SpecError(
+            "spec.policyDefaults.lagSource.type",
+            "static lags belong to one policy's topics, not to a cluster",
+        )
     try:
         parse_policy(with_policy_defaults(written, _PROBE_POLICY))
     except SpecError as e:

@@ -7,6 +7,7 @@ the policies."""
 from __future__ import annotations
 
 import base64
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -334,7 +335,7 @@ def test_cluster_defaults_merge_under_the_policy_key_by_key() -> None:
 def test_the_defaultable_fields_have_no_policy_schema_default_and_the_same_bounds_on_the_cluster() -> None:
     policy_schema = crd_spec_schema("consumergrouppolicy")
     cluster_schema = crd_spec_schema("consumergroupcluster")["policyDefaults"]["properties"]
-    for path in CLUSTER_DEFAULTED:
+    for path in [p for p in CLUSTER_DEFAULTED if p != ("lagSource",)]:
         in_policy, in_cluster = policy_schema, cluster_schema
         for key in path[:-1]:
             in_policy, in_cluster = in_policy[key]["properties"], in_cluster[key]["properties"]
@@ -343,3 +344,41 @@ def test_the_defaultable_fields_have_no_policy_schema_default_and_the_same_bound
         assert {k: v for k, v in field_p.items() if k != "description"} == {
             k: v for k, v in field_c.items() if k != "description"
         }, path
+
+
+def without_words(node: Any) -> Any:
+    """A schema without its prose (descriptions, rule messages), to compare what it accepts."""
+    if isinstance(node, dict):
+        return {k: without_words(v) for k, v in node.items() if k not in ("description", "message")}
+    if isinstance(node, list):
+        return [without_words(item) for item in node]
+    return node
+
+
+def test_the_clusters_lag_source_default_accepts_what_a_policys_does_but_static() -> None:
+    in_policy = copy.deepcopy(crd_spec_schema("consumergrouppolicy")["lagSource"])
+    in_cluster = crd_spec_schema("consumergroupcluster")["policyDefaults"]["properties"]["lagSource"]
+    assert "default" not in in_policy, "a schema default hides 'unset' from the operator"
+    del in_policy["properties"]["static"]
+    in_policy["properties"]["type"]["enum"].remove("static")
+    in_policy["x-kubernetes-validations"] = [
+        rule for rule in in_policy["x-kubernetes-validations"] if "static" not in rule["rule"]
+    ]
+    assert without_words(in_cluster) == without_words(in_policy)
+
+
+def test_a_policy_without_a_lag_source_reads_lag_where_its_cluster_says() -> None:
+    fleet = Fleet()
+    prometheus = {"type": "prometheus", "prometheus": {"url": "http://127.0.0.1:9", "timeoutSeconds": 1}}
+    put_cluster(
+        fleet.kube, "prod", {"bootstrapServers": "k:9092", "policyDefaults": {"lagSource": prometheus}}
+    )
+    spec = policy([5, 5])
+    del spec["lagSource"]
+    fleet.kube.put_policy("ns", "p", spec)
+    with pytest.raises(ReconcileFailure):
+        fleet.run("p")
+    _, reason, message = fleet.conditions("p")["Ready"]
+    assert reason == "LagSourceUnavailable" and "127.0.0.1:9" in message, message
+    fleet.kube.put_policy("ns", "own", policy([5, 5], group="h"))  # its own static source wins whole
+    assert fleet.run("own").published
