@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from groupops.controller.names import LABEL_ORDINAL, LABEL_TEMPLATE_HASH
+from groupops.controller.names import LABEL_ORDINAL, LABEL_TEMPLATE_HASH, LABEL_ZONE
 from groupops.model import MemberId, TopicPartition
 from groupops.planner.handoff import LeaseClock
 from groupops.planner.plan_format import LeaseRecord, lease_record
@@ -82,6 +82,8 @@ class PodView:
     ready: bool
     terminating: bool
     service_account: str = ""
+    zone: str | None = None
+    """Its `groupops.dev/zone` label (None: none, e.g. rendered before the label existed)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -121,6 +123,7 @@ def _pod_views(pods: Iterable[Mapping[str, Any]]) -> dict[int, PodView]:
             ready=pod_ready(pod),
             terminating=meta.get("deletionTimestamp") is not None,
             service_account=str((pod.get("spec") or {}).get("serviceAccountName") or ""),
+            zone=labels.get(LABEL_ZONE) or None,
         )
     return views
 
@@ -209,7 +212,13 @@ def identity_view(
         for i in ordinals
     }
     draining = {names[i] for i in views if i >= replicas}
-    stale = sorted(i for i, pod in views.items() if i < replicas and pod.template_hash != template_hash)
+    zone_of = {i: zone for i, _, zone in slots}
+    stale = sorted(
+        i
+        for i, pod in views.items()
+        if i < replicas
+        and (pod.template_hash != template_hash or (pod.zone is not None and pod.zone != zone_of[i]))
+    )
     if stale and not any(views[i].terminating for i in views if i < replicas):
         draining.add(names[stale[0]])
     candidates = [

@@ -21,6 +21,7 @@ __all__ = [
     "LABEL_ORDINAL",
     "LABEL_POLICY",
     "LABEL_TEMPLATE_HASH",
+    "LABEL_ZONE",
     "PLURAL",
     "consumer_account_name",
     "identity_name",
@@ -40,6 +41,9 @@ PLURAL = "consumergrouppolicies"
 LABEL_POLICY = "groupops.dev/policy"
 LABEL_ORDINAL = "groupops.dev/ordinal"
 LABEL_TEMPLATE_HASH = "groupops.dev/template-hash"
+LABEL_ZONE = "groupops.dev/zone"
+"""The zone a pod was placed in (its slot's, with consumers.zones): a pod whose slot's zone
+changed is replaced as a stale template is (controller/identities.py)."""
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "groupops"
 

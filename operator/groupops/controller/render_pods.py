@@ -25,7 +25,8 @@ Environment of the consumer container (read by `groupops consume`):
 
 The template hash covers everything above that is the same for every identity (the properties
 without the zone); a pod whose `groupops.dev/template-hash` label differs is replaced (one at a
-time, after a handoff).
+time, after a handoff), and so is one whose `groupops.dev/zone` label is not its slot's zone (a
+change of consumers.zones).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from groupops.controller.names import (
     ANNOTATION_IDENTITY,
     LABEL_ORDINAL,
     LABEL_TEMPLATE_HASH,
+    LABEL_ZONE,
     consumer_account_name,
     lease_name,
     owned_labels,
@@ -176,6 +178,7 @@ def render_pod(
         **owned_labels(policy.name),
         LABEL_ORDINAL: str(slot.ordinal),
         LABEL_TEMPLATE_HASH: template_hash(policy, spec, settings, lease_seconds),
+        **({LABEL_ZONE: slot.zone} if slot.zone is not None else {}),
     }
     annotations = {**(template_meta.get("annotations") or {}), ANNOTATION_IDENTITY: slot.identity}
     metadata = object_meta(

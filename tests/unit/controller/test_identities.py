@@ -7,12 +7,12 @@ from typing import Any
 from groupops.controller.identities import LeaseClock, identity_view
 
 
-def pod(ordinal: int, template: str = "h1", ready: bool = False) -> dict[str, Any]:
+def pod(ordinal: int, template: str = "h1", ready: bool = False, zone: str | None = None) -> dict[str, Any]:
+    labels = {"groupops.dev/ordinal": str(ordinal), "groupops.dev/template-hash": template}
+    if zone is not None:
+        labels["groupops.dev/zone"] = zone
     return {
-        "metadata": {
-            "name": f"p-{ordinal}",
-            "labels": {"groupops.dev/ordinal": str(ordinal), "groupops.dev/template-hash": template},
-        },
+        "metadata": {"name": f"p-{ordinal}", "labels": labels},
         "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
     }
 
@@ -35,11 +35,12 @@ def view(
     published: dict[str, Any] | None = None,
     template: str = "h1",
     startup_grace: float = 0.0,
+    zones: tuple[str, ...] = (),
 ) -> Any:
     return identity_view(
         group_id="g",
         replicas=replicas,
-        zones=(),
+        zones=zones,
         priorities={"g-2": 50},
         template_hash=template,
         pods=pods,
@@ -113,3 +114,11 @@ def test_a_draining_identity_with_partitions_is_not_releasable() -> None:
 def test_template_change_replaces_one_pod_at_a_time_lowest_first() -> None:
     v = view(3, [pod(0, "old"), pod(1, "old"), pod(2, "new")], template="new")
     assert v.draining == {"g-0"}
+
+
+def test_a_pod_whose_slot_moved_to_another_zone_is_replaced_like_a_stale_template() -> None:
+    placed = [pod(0, zone="a"), pod(1, zone="b"), pod(2, zone="a")]
+    assert view(3, placed, zones=("a", "b")).draining == set(), "every pod in its slot's zone"
+    assert view(3, placed, zones=("a", "c")).draining == {"g-1"}, "zones [a, b] -> [a, c]: slot 1 moves"
+    unlabelled = [pod(0), pod(1), pod(2)]
+    assert view(3, unlabelled, zones=("a", "c")).draining == set(), "no label: its zone is not known"

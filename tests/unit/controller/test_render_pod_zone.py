@@ -82,6 +82,7 @@ def test_the_pods_zone_is_its_client_rack_and_its_node_affinity(ordinal: int, zo
     terms = rendered["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     (term,) = terms["nodeSelectorTerms"]
     assert term["matchExpressions"] == [{"key": render_pods.ZONE_LABEL, "operator": "In", "values": [zone]}]
+    assert rendered["metadata"]["labels"]["groupops.dev/zone"] == zone, "how a zone change is seen"
 
 
 def test_the_zone_overrides_a_client_rack_the_policy_sets() -> None:
@@ -105,6 +106,7 @@ def test_without_zones_the_properties_are_the_policys(spec: dict[str, Any]) -> N
     rendered = pod(spec, 0, None)
     assert properties_of(rendered) == dict(spec["kafka"]["properties"])
     assert "affinity" not in rendered["spec"]
+    assert "groupops.dev/zone" not in rendered["metadata"]["labels"]
 
 
 def test_pods_in_different_zones_share_one_template_hash() -> None:
