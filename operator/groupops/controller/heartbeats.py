@@ -246,7 +246,7 @@ class HeartbeatBook:
         stuck: bool = False,
     ) -> HeartbeatAnswer:
         if self._metrics is not None:
-            self._metrics.heartbeats.labels(status.value).inc()
+            self._metrics.heartbeats.labels("refused-stuck" if stuck else status.value).inc()
         return HeartbeatAnswer(
             seq=heartbeat.seq, status=status, valid=valid, leader=leader, reason=reason, stuck=stuck
         )

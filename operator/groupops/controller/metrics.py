@@ -219,8 +219,8 @@ class Metrics:
 
         self.heartbeats = Counter(
             "groupops_operator_heartbeats",
-            "Consumer heartbeats this operator answered, by answer (granted, refused, not-leader, "
-            "malformed: dropped unanswered).",
+            "Consumer heartbeats this operator answered, by answer (granted, refused, refused-stuck: "
+            "its progress exceeds maxPollIntervalSeconds, not-leader, malformed: dropped unanswered).",
             ("answer",),
             registry=self.registry,
         )

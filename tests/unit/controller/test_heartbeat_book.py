@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from groupops.controller.heartbeats import GRANT_FRACTION, HeartbeatBook
+from groupops.controller.metrics import Metrics
 from groupops.controller.names import LABEL_POLICY
 from groupops.model import MemberId
 from groupops.planner.handoff import LeaseClock
@@ -137,6 +138,26 @@ def test_progress_beyond_the_max_poll_interval_is_refused_as_stuck_and_not_heard
     assert world.clock.heard_at(MemberId(LEASE)) == heard, "a stuck replica is silent for the fence"
     shown = world.book.progress_of(NS, LEASE)
     assert shown is not None and shown.progress == {"poll": 0.2, "advance": 10.5, "commit": 0.4}
+
+
+def test_stuck_refusals_are_counted_apart_from_other_refusals() -> None:
+    world = World()
+    metrics = Metrics()
+    world.book = HeartbeatBook(
+        leases=lambda ns, name: world.lease if (ns, name) == (NS, LEASE) else None,
+        leading=lambda: world.leading,
+        leader_address=lambda: "10.0.0.9:7946",
+        clock=lambda: world.now,
+        metrics=metrics,
+    )
+    world.book.attach(NS, POLICY, world.clock)
+    world.book.note_max_poll_interval(NS, POLICY, 6)
+    assert world.book.answer(progressing(poll=6 + STUCK_GRACE_S + 1)).stuck
+
+    def counted(answer: str) -> float | None:
+        return metrics.registry.get_sample_value("groupops_operator_heartbeats_total", {"answer": answer})
+
+    assert (counted("refused-stuck"), counted("refused")) == (1.0, None)
 
 
 def test_without_a_known_interval_or_progress_nothing_is_refused_as_stuck() -> None:
