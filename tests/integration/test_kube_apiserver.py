@@ -17,6 +17,7 @@ import pytest
 from kubernetes import client, config, watch
 
 from groupops.devstack.paths import K8S_VERSION
+from tests.e2e.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -86,12 +87,25 @@ def widget_manifest(group: str, namespace: str, name: str, size: int) -> str:
     )
 
 
+def established(crd: dict[str, Any]) -> bool:
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+
+
 @pytest.fixture
 def widget_crd(kube_config: str, unique_name: Callable[[str], str]) -> Iterator[str]:
     """A CRD of its own (cluster-scoped, so the group name is unique per test); its API group."""
     group = f"{unique_name('w')}.groupops.test"
     kubectl(kube_config, "apply", "-f", "-", stdin=crd_manifest(group))
-    kubectl(kube_config, "wait", "--for=condition=Established", f"crd/{PLURAL}.{group}", "--timeout=60s")
+    # Polled, not `kubectl wait --for=condition=Established`: that fails at once when it reads the
+    # CRD before the API server wrote its first condition (seen in CI).
+    name = f"{PLURAL}.{group}"
+    wait_for(
+        "the CRD Established",
+        lambda: established(json.loads(kubectl(kube_config, "get", "crd", name, "-o", "json"))),
+        60,
+        interval=0.2,
+    )
     try:
         yield group
     finally:
