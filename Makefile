@@ -22,7 +22,7 @@ install: $(INSTALLED)
 $(INSTALLED): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip==26.3
-	$(PY) -m pip install --quiet -e '.[dev,pipeline]'
+	$(PY) -m pip install --quiet -e '.[dev,pipeline,connect]'
 	touch $@
 
 lint: $(INSTALLED)

@@ -123,12 +123,15 @@ def main() -> None:
     jobs = [job for job in arguments.jobs.split(",") if job]
 
     from groupops.devstack.spark_cluster import SparkCluster, executor_python, package_zip  # noqa: PLC0415
-    from groupops.pipeline.jobs import Shipping, ship_to_executors  # noqa: PLC0415
-    from groupops.pipeline.session import SessionSettings, build_session  # noqa: PLC0415
+    from groupops.pipeline.session import ExecutorSettings, SessionSettings, build_session  # noqa: PLC0415
 
-    def session_settings(master: str) -> SessionSettings:
+    def session_settings(master: str, executors: ExecutorSettings | None = None) -> SessionSettings:
         return SessionSettings(
-            master=master, driver_memory="2g", progress=False, shuffle_partitions=SHUFFLE_PARTITIONS
+            master=master,
+            driver_memory="2g",
+            progress=False,
+            shuffle_partitions=SHUFFLE_PARTITIONS,
+            executors=executors or ExecutorSettings(),
         )
 
     print(f"start: {uptime()}", flush=True)
@@ -148,10 +151,9 @@ def main() -> None:
         local = measure(spark, "local[*]", sizes, jobs, warm)
         spark.stop()
 
-        shipping = Shipping(py_files=(str(package_zip()),), executor_python=str(executor_python()))
+        shipping = ExecutorSettings(python=str(executor_python()), py_files=(str(package_zip()),))
         with SparkCluster(scratch / "cluster") as cluster:
-            spark = build_session(session_settings(cluster.url))
-            ship_to_executors(spark, shipping)
+            spark = build_session(session_settings(cluster.url, shipping))
             standalone = measure(spark, "standalone", sizes, jobs, warm)
             spark.stop()
     finally:

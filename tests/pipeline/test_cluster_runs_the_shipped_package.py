@@ -17,17 +17,18 @@ from typer.testing import CliRunner
 from groupops.cli import app
 from groupops.devstack.spark_cluster import SparkCluster
 from groupops.pipeline import jobs, synthetic
+from groupops.pipeline.session import ExecutorSettings
 
 pytestmark = pytest.mark.pipeline
 
 SPARK_MASTERS = ("standalone",)
 
 
-def test_the_executor_python_has_no_groupops_of_its_own(shipping: jobs.Shipping) -> None:
-    assert shipping.executor_python is not None
+def test_the_executor_python_has_no_groupops_of_its_own(shipping: ExecutorSettings) -> None:
+    assert shipping.python is not None
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result = subprocess.run(
-        [shipping.executor_python, "-c", "import pandas, pyarrow, pyspark; import groupops"],
+        [shipping.python, "-c", "import pandas, pyarrow, pyspark; import groupops"],
         capture_output=True,
         text=True,
         env=env,
@@ -38,7 +39,7 @@ def test_the_executor_python_has_no_groupops_of_its_own(shipping: jobs.Shipping)
 
 
 def test_two_workers_run_executors_that_import_the_shipped_wheel(
-    spark: SparkSession, spark_cluster: SparkCluster, shipping: jobs.Shipping
+    spark: SparkSession, spark_cluster: SparkCluster, shipping: ExecutorSettings
 ) -> None:
     status = spark_cluster.status()
     assert status is not None
@@ -60,18 +61,18 @@ def test_two_workers_run_executors_that_import_the_shipped_wheel(
     (shipped,) = shipping.py_files
     workers = [spark_cluster.workdir / "worker-1" / "work", spark_cluster.workdir / "worker-2" / "work"]
     executor_dirs = {Path(cwd) for _, cwd, _ in seen}
-    assert {python for python, _, _ in seen} == {shipping.executor_python}
+    assert {python for python, _, _ in seen} == {shipping.python}
     assert {next(w for w in workers if w in d.parents) for d in executor_dirs} == set(workers), seen
     assert {file for _, _, file in seen} == {f"{Path(shipped).name}/groupops/__init__.py"}, seen
 
 
 def test_plan_job_through_the_cli_on_the_cluster(
-    spark: SparkSession, spark_cluster: SparkCluster, shipping: jobs.Shipping, tmp_path: Path
+    spark: SparkSession, spark_cluster: SparkCluster, shipping: ExecutorSettings, tmp_path: Path
 ) -> None:
     spec = synthetic.HistorySpec(groups=3, partitions=4, steps=3, stall=(), stop=(), rewind=())
     snapshots = jobs.run_job("generate", spark, jobs.JobOptions(input=None, out=tmp_path, history=spec))
     (py_file,) = shipping.py_files
-    assert shipping.executor_python is not None
+    assert shipping.python is not None
     result = CliRunner().invoke(
         app,
         [
@@ -82,7 +83,7 @@ def test_plan_job_through_the_cli_on_the_cluster(
             "--py-files",
             py_file,
             "--executor-python",
-            shipping.executor_python,
+            shipping.python,
             "--input",
             snapshots.outputs["snapshots"],
             "--out",

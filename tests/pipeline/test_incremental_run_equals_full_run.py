@@ -1,14 +1,15 @@
 """An incremental run over a snapshot dataset that grew gives, row for row, what a full run over the
-whole dataset gives (rates, timelag and its member and group tables, forecast), while reading only
-the new dates plus the look-back it needs (Spark prunes the `date` partitions); bad `--since`
-values exit 2 with one line naming the option.
+whole dataset gives (rates, timelag and its member and group tables, forecast, plan, the backtest's
+steps and summary), while reading only the new dates plus the look-back it needs (Spark prunes the
+`date` partitions); bad `--since` values exit 2 with one line naming the option.
 
 The history: 4 days (2026-01-01 to 2026-01-04) of 3 groups x 8 partitions, a snapshot every 20
 minutes. The dataset first holds everything before 2026-01-04 06:00, a full run writes its outputs,
-then the rest is appended (new files, the 4th date grows) and `--incremental` resumes at the start
-of the newest date in the outputs: 2026-01-04. Falling-behind partitions are at most 29 h behind
-there, so a 36 h look-back (read from 2026-01-02 12:00) covers every time lag: 2026-01-01 is never
-read."""
+then the rest is appended (new files, the 4th date grows), except for one group that went quiet
+(`QUIET`: nothing after 05:40), and `--incremental` resumes at the start of the newest date in the
+outputs: 2026-01-04; `plan` (`--since` only) resumes at 06:00 itself and plans the two groups with
+new snapshots. Falling-behind partitions are at most 29 h behind there, so a 36 h look-back (read
+from 2026-01-02 12:00) covers every time lag: 2026-01-01 is never read."""
 
 from __future__ import annotations
 
@@ -31,17 +32,25 @@ pytestmark = pytest.mark.pipeline
 
 SPEC = synthetic.HistorySpec(groups=3, partitions=8, steps=288, step_s=1200)
 GROWN_AT = "2026-01-04 06:00:00"
-RESUMED_AT = "2026-01-04T00:00:00+00:00"
+MIDNIGHT = "2026-01-04T00:00:00+00:00"
 LOOKBACK = "36h"
+QUIET = "g0002"
 JOB_ARGUMENTS = {
     "rates": ["--window", "1h"],
     "timelag": ["--lookback", LOOKBACK],
     "forecast": ["--window", "2h", "--horizon", "30m"],
+    "plan": ["--strategy", "balanced"],
+    "backtest": ["--step", "20m", "--strategies", "roundrobin,sticky,lag,balanced"],
 }
+RESUME_ARGUMENTS = {"plan": ["--since", "2026-01-04T06:00:00Z"]}
+"""How each job resumes: `--incremental`, except `plan`, whose output holds no time."""
+RESUMED_AT = {"plan": "2026-01-04T06:00:00+00:00"}
 OUTPUTS = {
     "rates": ("rates",),
     "timelag": ("timelag", "timelag_members", "timelag_groups"),
     "forecast": ("forecast",),
+    "plan": ("plan",),
+    "backtest": ("backtest_steps", "backtest"),
 }
 
 
@@ -83,17 +92,24 @@ def grown(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> dict
     for job, arguments in JOB_ARGUMENTS.items():
         first = run(job, "--input", str(snapshots), "--out", str(incremental), *arguments)
         assert first["figures"]["mode"] == "full"
-    append_dated(history.where(~cut), snapshots)
+    shutil.copytree(incremental / "plan", root / "plan-before")
+    append_dated(history.where(~cut & (sf.col("group") != QUIET)), snapshots)
     for job, arguments in JOB_ARGUMENTS.items():
-        resumed = run(job, "--input", str(snapshots), "--out", str(incremental), "--incremental", *arguments)
+        resume = RESUME_ARGUMENTS.get(job, ["--incremental"])
+        resumed = run(job, "--input", str(snapshots), "--out", str(incremental), *resume, *arguments)
         figures = resumed["figures"]
         assert figures["mode"] == "incremental"
-        assert figures["since"] == RESUMED_AT
+        assert figures["since"] == RESUMED_AT.get(job, MIDNIGHT)
         if job == "timelag":
             assert figures["read_from"] == "2026-01-02T12:00:00+00:00"
             assert figures["rows_beyond_lookback"] == 0
         run(job, "--input", str(snapshots), "--out", str(full), *arguments)
-    return {"snapshots": snapshots, "incremental": incremental, "full": full}
+    return {
+        "snapshots": snapshots,
+        "incremental": incremental,
+        "full": full,
+        "plan-before": root / "plan-before",
+    }
 
 
 @pytest.mark.parametrize("output", [name for names in OUTPUTS.values() for name in names])
@@ -111,9 +127,33 @@ def test_the_grown_dataset_has_four_dates_and_the_outputs_kept_the_first_ones(gr
     dates = sorted(p.name for p in grown["snapshots"].iterdir() if p.name.startswith("date="))
     assert dates == [f"date=2026-01-0{day}" for day in range(1, 5)]
     # The earlier dates of the dated outputs are the first run's files, untouched.
-    for output in ("rates", "timelag"):
+    for output in ("rates", "timelag", "backtest_steps"):
         kept = sorted(p.name for p in (grown["incremental"] / output).iterdir() if p.name.startswith("date="))
         assert kept == dates
+
+
+def test_plan_replans_the_groups_with_new_snapshots_and_keeps_the_quiet_one(
+    spark: SparkSession, grown: dict[str, Path]
+) -> None:
+    before = comparable(spark.read.parquet(str(grown["plan-before"])))
+    after = comparable(spark.read.parquet(str(grown["incremental"] / "plan")))
+    groups = sorted(r["group"] for r in after.select("group").distinct().collect())
+    assert groups == ["g0000", "g0001", QUIET]
+    for group in groups:
+        was, now = before.where(sf.col("group") == group), after.where(sf.col("group") == group)
+        unchanged = was.exceptAll(now).count() == 0 and now.exceptAll(was).count() == 0
+        # The quiet group's plan is the first run's; the others were planned on newer lags.
+        assert unchanged == (group == QUIET), group
+
+
+def test_each_backtest_date_is_its_own_replay(spark: SparkSession, grown: dict[str, Path]) -> None:
+    steps = spark.read.parquet(str(grown["full"] / "backtest_steps"))
+    first_steps = steps.groupBy("date", "group", "strategy").agg(sf.min_by("moves", "step_ts").alias("moves"))
+    # Every date starts from the real owners (partition p owned by m<p mod 5>), which `roundrobin`
+    # and `sticky` keep: no move at all.
+    kept = first_steps.where(sf.col("strategy").isin("roundrobin", "sticky")).collect()
+    assert len(kept) == 4 * 3 * 2
+    assert {r["moves"] for r in kept} == {0}
 
 
 def test_an_incremental_read_prunes_dates_and_pushes_the_time_bound(
@@ -162,8 +202,14 @@ def test_a_look_back_too_short_for_the_lag_is_counted(grown: dict[str, Path], tm
         pytest.param(["timelag", "--since", "yesterday"], "not a date or time: 'yesterday'", id="words"),
         pytest.param(["rates", "--since", "2026-13-01"], "not a date or time: '2026-13-01'", id="month-13"),
         pytest.param(["forecast", "--since", ""], "not a date or time: ''", id="empty"),
-        pytest.param(["plan", "--since", "2026-01-04"], "applies to rates, timelag, forecast", id="plan"),
-        pytest.param(["plan", "--incremental"], "(--incremental)", id="plan-incremental"),
+        pytest.param(
+            ["report", "--since", "2026-01-04"],
+            "applies to rates, timelag, forecast, plan, backtest, not report",
+            id="report",
+        ),
+        pytest.param(
+            ["plan", "--incremental"], "applies to rates, timelag, forecast, backtest, not plan", id="plan"
+        ),
         pytest.param(
             ["timelag", "--since", "2026-01-04", "--incremental"], "(--since, --incremental)", id="both"
         ),
@@ -182,22 +228,28 @@ def test_bad_since_values_exit_2_naming_the_option(arguments: list[str], message
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-def test_rates_windows_that_straddle_midnight_cannot_resume(grown: dict[str, Path], tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("job", "option"),
+    [pytest.param("rates", "--window", id="rates"), pytest.param("backtest", "--step", id="backtest")],
+)
+def test_windows_or_steps_that_straddle_midnight_cannot_resume(
+    grown: dict[str, Path], tmp_path: Path, job: str, option: str
+) -> None:
     result = CliRunner().invoke(
         app,
         [
             "pipeline",
-            "rates",
+            job,
             "--input",
             str(grown["snapshots"]),
             "--out",
             str(tmp_path),
             "--since",
             "2026-01-04",
-            "--window",
+            option,
             "7m",
         ],
     )
     assert result.exit_code == 2
     assert "must divide a day" in result.stderr
-    assert result.stderr.rstrip().endswith("(--window)")
+    assert result.stderr.rstrip().endswith(f"({option})")

@@ -1,10 +1,11 @@
 """`groupops pipeline <job>`: run one Spark job of groupops.pipeline.jobs.
 
     groupops pipeline rates|timelag|forecast|plan|backtest|report|generate
-        --input DIR|kafka://topic [--bootstrap-server B] --out DIR [--master URL]
+        --input DIR|kafka://topic [--bootstrap-server B] --out DIR [--master URL | --remote sc://H:P]
         [--window 60s] [--horizon 5m] [--step 60s] [--strategy lag] [--lag current|forecast]
         [--strategies range,roundrobin,sticky,lag,balanced] [--rows N] [--output table|json|yaml]
-        [--since DATE|TIME | --incremental] [--lookback 1d]            (rates, timelag, forecast)
+        [--since DATE|TIME | --incremental] [--lookback 1d]   (rates, timelag, forecast, backtest;
+                                                              plan: --since only)
         [--py-files ZIP] [--archives ARCHIVE#DIR] [--executor-python PATH]  (cluster executors)
 
 People get Spark's progress bar (on a terminal) and a rich summary; machines get one JSON (or
@@ -33,13 +34,23 @@ from groupops.commands.errors import RUNTIME_FAILURE, fail
 from groupops.commands.options import DocumentOutput
 
 if TYPE_CHECKING:  # Spark loads only when a job runs
-    from groupops.pipeline.jobs import JobOptions, Shipping
+    from groupops.pipeline.jobs import JobOptions
+    from groupops.pipeline.session import ExecutorSettings
 
 __all__ = ["pipeline_command", "register", "seconds_option"]
 
 _JOBS_HELP = "generate, rates, timelag, forecast, plan, backtest or report"
 # A rate needs a minute of samples; Burrow's window wants several commits, 10 min at 10 s snapshots.
 _DEFAULT_WINDOW_S = {"rates": 60.0, "forecast": 600.0, "plan": 600.0}
+
+
+_SETTING_OPTIONS = {
+    "executors.python": "--executor-python",
+    "executors.py_files": "--py-files",
+    "executors.archives": "--archives",
+    "remote": "--remote",
+}
+"""The CLI option behind each session setting that can be refused."""
 
 
 class LagChoice(StrEnum):
@@ -78,6 +89,10 @@ def pipeline_command(
     master: Annotated[
         str | None, typer.Option("--master", help="Spark master URL (default local[*], or spark-submit's).")
     ] = None,
+    remote: Annotated[
+        str | None,
+        typer.Option("--remote", help="A Spark Connect server, sc://host:port, instead of a master."),
+    ] = None,
     window: Annotated[
         str | None, typer.Option("--window", help="rates window (default 60s); forecast look-back (10m).")
     ] = None,
@@ -101,14 +116,15 @@ def pipeline_command(
         str | None,
         typer.Option(
             "--since",
-            help="rates, timelag, forecast: resume at a UTC date (2026-01-04) or ISO time, reading only "
-            "what that needs and replacing only what it recomputes.",
+            help="rates, timelag, forecast, plan, backtest: resume at a UTC date (2026-01-04) or ISO "
+            "time, reading only what that needs and replacing only what it recomputes.",
         ),
     ] = None,
     incremental: Annotated[
         bool,
         typer.Option(
-            "--incremental", help="rates, timelag, forecast: resume where the output ends (full run if none)."
+            "--incremental",
+            help="rates, timelag, forecast, backtest: resume where the output ends (full run if none).",
         ),
     ] = False,
     lookback: Annotated[
@@ -124,7 +140,11 @@ def pipeline_command(
         typer.Option("--archives", help="Archives unpacked beside the executors (venv.tar.gz#env)."),
     ] = None,
     executor_python: Annotated[
-        str | None, typer.Option("--executor-python", help="The Python executors run (./env/bin/python).")
+        str | None,
+        typer.Option(
+            "--executor-python",
+            help="The Python executors run (./env/bin/python); default the driver's interpreter path.",
+        ),
     ] = None,
     output: Annotated[DocumentOutput, options.output()] = DocumentOutput.table,
 ) -> None:
@@ -132,6 +152,7 @@ def pipeline_command(
     from groupops.assign import UnknownStrategyError, get_strategy  # noqa: PLC0415
     from groupops.pipeline import jobs, synthetic  # noqa: PLC0415
     from groupops.pipeline.io import PipelineInputError, parse_input, parse_since  # noqa: PLC0415
+    from groupops.pipeline.session import ExecutorSettings, SessionSettingsError  # noqa: PLC0415
 
     if job not in jobs.JOB_NAMES:
         fail(f"unknown job {job!r}: choose one of {', '.join(jobs.JOB_NAMES)} (job)")
@@ -155,8 +176,9 @@ def pipeline_command(
         flag = "--since" if since is not None else "--incremental"
         if since is not None and incremental:
             fail("give one of --since and --incremental, not both (--since, --incremental)")
-        if job not in jobs.INCREMENTAL_JOBS:
-            fail(f"{flag} applies to {', '.join(jobs.INCREMENTAL_JOBS)}, not {job} ({flag})")
+        takers = jobs.SINCE_JOBS if since is not None else jobs.INCREMENTAL_JOBS
+        if job not in takers:
+            fail(f"{flag} applies to {', '.join(takers)}, not {job} ({flag})")
         if since is not None:
             try:
                 resume_at = parse_since(since)
@@ -186,10 +208,23 @@ def pipeline_command(
         local = path.split("#", 1)[0]
         if "://" not in local and not Path(local).is_file():
             fail(f"no such file: {local} (a local path, or a URL Spark can fetch) ({option})")
-    shipping = jobs.Shipping(
-        py_files=tuple(py_files or ()), archives=tuple(archives or ()), executor_python=executor_python
+    if remote is not None and master is not None:
+        fail("give one of --master and --remote, not both: a Connect server has its own (--master, --remote)")
+    try:
+        executors = ExecutorSettings(
+            python=executor_python, py_files=tuple(py_files or ()), archives=tuple(archives or ())
+        )
+    except SessionSettingsError as e:
+        fail(f"{e.message} ({_SETTING_OPTIONS.get(e.setting, e.setting)})")
+    _run(
+        job,
+        job_options,
+        master=master,
+        remote=remote,
+        driver_memory=driver_memory,
+        output=output,
+        executors=executors,
     )
-    _run(job, job_options, master=master, driver_memory=driver_memory, output=output, shipping=shipping)
 
 
 def _run(
@@ -197,37 +232,45 @@ def _run(
     job_options: JobOptions,
     *,
     master: str | None,
+    remote: str | None,
     driver_memory: str,
     output: DocumentOutput,
-    shipping: Shipping,
+    executors: ExecutorSettings,
 ) -> None:
     from py4j.protocol import Py4JError  # type: ignore[import-untyped]  # noqa: PLC0415
     from pyspark.errors import PySparkException  # noqa: PLC0415
 
     from groupops.pipeline import jobs  # noqa: PLC0415
     from groupops.pipeline.io import PipelineInputError  # noqa: PLC0415
-    from groupops.pipeline.session import SessionSettings, build_session  # noqa: PLC0415
+    from groupops.pipeline.session import SessionSettings, SessionSettingsError, build_session  # noqa: PLC0415
 
     console = Console(stderr=True)
     under_submit = "PYSPARK_GATEWAY_PORT" in os.environ
     people = output is DocumentOutput.table
-    settings = SessionSettings(
-        master=master or (None if under_submit else "local[*]"),
-        kafka=job_options.input is not None and job_options.input.is_kafka,
-        driver_memory=driver_memory,
-        progress=people and sys.stderr.isatty(),
-    )
+    try:
+        settings = SessionSettings(
+            master=master or (None if under_submit else "local[*]"),
+            kafka=job_options.input is not None and job_options.input.is_kafka,
+            driver_memory=driver_memory,
+            progress=people and sys.stderr.isatty(),
+            executors=executors,
+            remote=remote,
+        )
+    except SessionSettingsError as e:
+        fail(f"{e.message} ({_SETTING_OPTIONS.get(e.setting, e.setting)})")
     if people:
         console.print(
-            f"[bold]groupops pipeline {job}[/] on {settings.master or 'spark-submit master'} "
+            f"[bold]groupops pipeline {job}[/] on "
+            f"{settings.remote or settings.master or 'spark-submit master'} "
             f"→ {job_options.out}"
         )
     try:
         spark = build_session(settings)
-        jobs.ship_to_executors(spark, shipping)
         result = jobs.run_job(job, spark, job_options)
     except PipelineInputError as e:
         fail(f"{e.message} ({e.where})")
+    except SessionSettingsError as e:
+        fail(f"{e.message} ({_SETTING_OPTIONS.get(e.setting, e.setting)})")
     except (PySparkException, Py4JError, OSError) as e:
         first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         fail(f"Spark job {job!r} failed: {first_line} (spark)", code=RUNTIME_FAILURE)

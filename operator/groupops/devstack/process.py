@@ -27,6 +27,7 @@ __all__ = [
     "log_tail",
     "port_taken",
     "rss_bytes",
+    "signal_group",
     "signal_pids",
     "stop_pids",
 ]
@@ -85,6 +86,13 @@ def _wait_gone(pid: int, timeout_s: float) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def signal_group(group: int, signum: signal.Signals) -> None:
+    """Send `signum` to process group `group`, if it still exists and is ours to signal (what a
+    server started in its own session leaves behind: its Python workers, its executors)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signum)
 
 
 def port_taken(error: StartError) -> bool:

@@ -54,7 +54,7 @@ from typing import Any
 
 from groupops.devstack import paths
 from groupops.devstack.errors import NotBuiltError, StartError
-from groupops.devstack.process import ManagedProcess, free_port, port_taken
+from groupops.devstack.process import ManagedProcess, free_port, port_taken, signal_group
 
 __all__ = ["SparkCluster", "SparkClusterSettings", "executor_python", "package_zip", "spark_home"]
 
@@ -280,12 +280,12 @@ class SparkCluster:
             assert daemon.process is not None
             with contextlib.suppress(RuntimeError):
                 groups.append(daemon.process.pid)  # start_new_session: the pid is the group id
-            _signal_group(daemon.process.pid, signal.SIGTERM)
+            signal_group(daemon.process.pid, signal.SIGTERM)
         for daemon in daemons:
             assert daemon.process is not None
             daemon.process.stop(timeout_s)
         for group in groups:
-            _signal_group(group, signal.SIGKILL)  # executors or Python workers left behind
+            signal_group(group, signal.SIGKILL)  # executors or Python workers left behind
 
     def __enter__(self) -> SparkCluster:
         self.start()
@@ -298,11 +298,6 @@ class SparkCluster:
         traceback: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-def _signal_group(group: int, signum: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(group, signum)
 
 
 # -- shipping --------------------------------------------------------------------------------

@@ -4,15 +4,18 @@ Steps:
 1. `replay_points(snapshots, step_s)`: cut history into steps of `step_s` seconds and keep each
    partition's last sample in each step (lag, committed, owner);
 2. `backtest(points, strategies)`: each group's steps replayed in time order under each strategy,
-   many groups per pandas UDF call (the rows partitioned and sorted by group, cut into whole
-   groups per Arrow batch as `plan` does: `plan.whole_groups`). At the first step the owners are
-   the real ones; after that a strategy's members own what that strategy gave them one step
-   earlier (so sticky strategies are judged on their stickiness), restricted to the members
-   alive at the step. Each step is scored
+   one replay per UTC date of the steps, many groups per pandas UDF call (the rows partitioned
+   and sorted by group, cut into whole groups per Arrow batch as `plan` does:
+   `plan.whole_groups`). At a date's first step the owners are the real ones; after that a
+   strategy's members own what that strategy gave them one step earlier (so sticky strategies
+   are judged on their stickiness), restricted to the members alive at the step. A date is
+   replayed from its own steps only, so an incremental run can replay the new dates alone and
+   give what a full run gives (docs/design.md §10). Each step is scored
    with groupops.assign.stats: max member lag, its lower bound, imbalance (max / bound) and moves;
    time to drain = max member lag / (the group's consume rate over the step / members): how long
    the most loaded member needs at the group's average per-member speed, new messages ignored.
-   A strategy that raises NotImplementedError gets one row with `error` set and is not scored;
+   A strategy that raises NotImplementedError gets one row per date (at its first step) with
+   `error` set and is not scored;
 3. `summarize(steps)`: per group and strategy the mean and peak max member lag, mean imbalance,
    total moves, mean time to drain, and `rank` (1 = lowest mean max member lag in the group).
 """
@@ -30,9 +33,12 @@ from groupops.assign import get_strategy
 from groupops.pipeline.frames import PARTITION_KEYS, with_seconds_and_lag
 from groupops.pipeline.plan import by_group_in_batches, group_document, group_key, plan_group, whole_groups
 
-__all__ = ["BACKTEST_STRATEGIES", "STEP_SCHEMA", "backtest", "replay_points", "summarize"]
+__all__ = ["BACKTEST_STRATEGIES", "REPLAY_SPAN_S", "STEP_SCHEMA", "backtest", "replay_points", "summarize"]
 
 BACKTEST_STRATEGIES = ("range", "roundrobin", "sticky", "lag", "balanced")
+
+REPLAY_SPAN_S = 86_400
+"""One replay per UTC date: the unit an incremental run recomputes (the dates of `backtest_steps/`)."""
 
 STEP_SCHEMA = (
     "cluster string, group string, strategy string, step_ts timestamp, members int, total_lag long, "
@@ -95,7 +101,8 @@ def _replay_strategy(
         try:
             assignment, stats = plan_group(document)
         except NotImplementedError:
-            return [[cluster, group, strategy, None, 0, 0, None, None, None, 0, None, "not implemented"]]
+            at = pd.Timestamp(steps[0][0], unit="s", tz="UTC")  # the replay's first step
+            return [[cluster, group, strategy, at, 0, 0, None, None, None, 0, None, "not implemented"]]
         previous = assignment
         per_member = rate / len(alive) if rate is not None and rate > 0 else None
         drain = stats["max_member_lag"] / per_member if per_member else None
@@ -131,9 +138,13 @@ def backtest(points: DataFrame, *, strategies: Sequence[str] = BACKTEST_STRATEGI
             (float(t), part)
             for t, part in frame.sort_values(["step_t", "topic", "partition"]).groupby("step_t")
         ]
+        replays: dict[int, list[tuple[float, pd.DataFrame]]] = {}
+        for step in ordered:
+            replays.setdefault(int(step[0] // REPLAY_SPAN_S), []).append(step)
         rows: list[list[Any]] = []
         for name in names:
-            rows.extend(_replay_strategy(name, cluster, group, ordered))
+            for replay in replays.values():
+                rows.extend(_replay_strategy(name, cluster, group, replay))
         result = pd.DataFrame(rows, columns=columns)
         result["step_ts"] = pd.to_datetime(result["step_ts"], utc=True)
         return result
@@ -154,7 +165,7 @@ def summarize(steps: DataFrame) -> DataFrame:
     """Per (cluster, group, strategy): steps, mean/peak max member lag, mean imbalance, total
     moves, mean time to drain, error, and rank within the group (scored strategies only)."""
     scored = steps.groupBy("cluster", "group", "strategy").agg(
-        sf.count("step_ts").alias("steps"),
+        sf.count(sf.when(sf.col("error").isNull(), sf.col("step_ts"))).alias("steps"),
         sf.avg("max_member_lag").alias("mean_max_member_lag"),
         sf.max("max_member_lag").alias("peak_max_member_lag"),
         sf.avg("lower_bound").alias("mean_lower_bound"),

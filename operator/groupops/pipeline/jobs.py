@@ -16,23 +16,27 @@ both call `run_job`. Outputs go under `options.out`:
 `rates/` and `timelag/` are partitioned by the UTC date of their time (`date=yyyy-mm-dd`, like the
 snapshots), so that an incremental run can replace whole dates and nothing else.
 
-Incremental runs (rates, timelag, forecast; docs/pipeline.md "Incremental runs", design §10): the
-run resumes at `since` (explicit, or with `incremental` the start of the newest date already in the
-job's output) and reads only the snapshots it needs from there:
+Incremental runs (rates, timelag, forecast, plan, backtest; docs/pipeline.md "Incremental runs",
+design §10): the run resumes at `since` (explicit, or with `incremental` the start of the newest
+date already in the job's output; `plan` takes `since` only) and reads only the snapshots it needs
+from there:
 
     job       reads from                  writes
     rates     midnight(since)             the dates from midnight(since) on, replaced
     timelag   midnight(since) − lookback  the same; timelag_members/_groups: recomputed groups replaced
     forecast  since − window              forecast/: groups whose newest snapshot is ≥ since replaced
+    plan      since (− window, on         plan/: groups whose newest snapshot is ≥ since replaced
+              forecast lag)
+    backtest  midnight(since)             backtest_steps/: the dates from there on, replaced;
+                                          backtest/: summarized again from every date
 
 Each gives exactly the rows a full run over the same dataset gives, provided the earlier run saw
 every row before `since` (late rows older than that need a full run) and, for `timelag`, every
 group is less than `lookback` behind in time: rows whose time lag reaches back to the first
 snapshot read are counted in the figure `rows_beyond_lookback` (0 means exact).
 
-Shipping (`Shipping`, `ship_to_executors`): what executors on a cluster need to run `plan` and
-`backtest`, whose pandas UDFs import groupops there: py-files (the wheel, as a .zip), archives
-(a packed venv) and the Python they run.
+What executors on a cluster need to run `plan` and `backtest`, whose pandas UDFs import groupops
+there (py-files, archives, their Python), is the session's: `session.ExecutorSettings`.
 """
 
 from __future__ import annotations
@@ -64,16 +68,21 @@ from groupops.pipeline.io import (
 __all__ = [
     "INCREMENTAL_JOBS",
     "JOB_NAMES",
+    "SINCE_JOBS",
     "JobOptions",
     "JobResult",
-    "Shipping",
     "resume_point",
     "run_job",
-    "ship_to_executors",
 ]
 
-INCREMENTAL_JOBS = ("rates", "timelag", "forecast")
-"""The jobs that take `since` / `incremental` (see the module docstring)."""
+SINCE_JOBS = ("rates", "timelag", "forecast", "plan", "backtest")
+"""The jobs that take `since` (see the module docstring)."""
+
+INCREMENTAL_JOBS = ("rates", "timelag", "forecast", "backtest")
+"""The jobs that take `incremental`: their output says where it ends (`plan/` holds no time)."""
+
+_RESUME_OUTPUT = {"backtest": "backtest_steps"}
+"""The output whose dates say where an incremental run resumes, where it is not the job's name."""
 
 DAY_S = 86_400
 
@@ -105,34 +114,6 @@ class JobOptions:
     lookback_s: float = float(DAY_S)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Shipping:
-    """What a cluster's executors get (docs/pipeline.md, "Run on a cluster").
-
-    py_files: zip archives put on the executors' Python path (the groupops wheel under a .zip
-        name: PySpark adds only .zip, .egg and .jar py-files to the path);
-    archives: archives unpacked in the executors' working directory (`venv.tar.gz#env`);
-    executor_python: the Python executors run (`./env/bin/python` for a shipped venv); None:
-        the driver's own interpreter path.
-    """
-
-    py_files: tuple[str, ...] = ()
-    archives: tuple[str, ...] = ()
-    executor_python: str | None = None
-
-
-def ship_to_executors(spark: SparkSession, shipping: Shipping) -> None:
-    """Give a running session's executors `shipping`. The Python path is what every Python UDF
-    created afterwards carries to the executors (SparkContext.pythonExec)."""
-    context = spark.sparkContext
-    for path in shipping.archives:
-        context.addArchive(path)
-    for path in shipping.py_files:
-        context.addPyFile(path)
-    if shipping.executor_python is not None:
-        context.pythonExec = shipping.executor_python
-
-
 @dataclass(slots=True)
 class JobResult:
     """What a job did: outputs (name → path), their row counts, job figures, wall time."""
@@ -160,16 +141,20 @@ def _snapshots(spark: SparkSession, options: JobOptions, *, since: datetime | No
 
 
 def resume_point(spark: SparkSession, job: str, options: JobOptions) -> datetime | None:
-    """Where an incremental run of `job` starts: `options.since` when given (rates and timelag
-    round it down to its UTC midnight: their outputs are replaced by whole dates); with
+    """Where an incremental run of `job` starts: `options.since` when given (rates, timelag and
+    backtest round it down to its UTC midnight: their outputs are replaced by whole dates); with
     `options.incremental`, the start of the newest date already in the job's output (for
     forecast, the date of its newest snapshot); None for a full run (neither given, or no output
     yet)."""
-    if job not in INCREMENTAL_JOBS or (options.since is None and not options.incremental):
+    if job not in SINCE_JOBS or (options.since is None and not options.incremental):
         return None
     if options.since is not None:
-        return options.since if job == "forecast" else midnight(options.since)
-    stored = options.out / job
+        return options.since if job in {"forecast", "plan"} else midnight(options.since)
+    if job not in INCREMENTAL_JOBS:
+        raise PipelineInputError(
+            f"{job} resumes only at a given --since: its output holds no time to resume from", "--incremental"
+        )
+    stored = options.out / _RESUME_OUTPUT.get(job, job)
     if job == "forecast":
         if not (stored / "_SUCCESS").is_file():
             return None
@@ -304,8 +289,16 @@ def _forecast(spark: SparkSession, options: JobOptions, result: JobResult) -> No
 
 
 def _plan(spark: SparkSession, options: JobOptions, result: JobResult) -> None:
+    """A group is planned at its newest snapshot, so an incremental run plans exactly the groups
+    with a snapshot at or after `since` (their newest rows are all read) and keeps the others'
+    plans: nothing newer could change them (design §10)."""
+    since = resume_point(spark, "plan", options)
     if options.lag == "forecast":
-        lags = _forecast_frame(spark, options).select(
+        forecasts = _forecast_frame(spark, options, since=since)
+        if since is not None:
+            # A group whose newest snapshot is before `since` has only part of its window here.
+            forecasts = forecasts.where(sf.col("ts") >= timestamp_literal(since))
+        lags = forecasts.select(
             "cluster",
             "group",
             "topic",
@@ -314,8 +307,17 @@ def _plan(spark: SparkSession, options: JobOptions, result: JobResult) -> None:
             sf.coalesce(sf.col("member"), sf.lit("")).alias("member"),
         )
     else:
-        lags = plan.latest_lag(_snapshots(spark, options))
-    _write(result, "plan", plan.plan(lags, strategy=options.strategy), options.out)
+        lags = plan.latest_lag(_snapshots(spark, options, since=since))
+    planned = plan.plan(lags, strategy=options.strategy)
+    if since is None:
+        _mark_run(result, since)
+        _write(result, "plan", planned, options.out)
+    else:
+        read_from = since - timedelta(seconds=options.window_s) if options.lag == "forecast" else since
+        _mark_run(result, since, read_from=read_from)
+        path = options.out / "plan"
+        result.rows["plan"] = replace_groups(planned, path, keys=GROUP_KEYS)
+        result.outputs["plan"] = str(path)
     stored = spark.read.parquet(result.outputs["plan"])
     per_group = stored.groupBy("cluster", "group").agg(
         sf.first("imbalance").alias("imbalance"),
@@ -334,9 +336,24 @@ def _plan(spark: SparkSession, options: JobOptions, result: JobResult) -> None:
 
 
 def _backtest_frames(spark: SparkSession, options: JobOptions, result: JobResult) -> DataFrame:
-    points = backtest.replay_points(_snapshots(spark, options), step_s=options.step_s)
-    _write(result, "backtest_steps", backtest.backtest(points, strategies=options.strategies), options.out)
-    steps = spark.read.parquet(result.outputs["backtest_steps"])
+    """Each date is one replay (`backtest.REPLAY_SPAN_S`), so an incremental run replays the dates
+    from `since`'s midnight on and replaces those dates of `backtest_steps/`; the summary is
+    computed again from every stored date (design §10)."""
+    since = resume_point(spark, "backtest", options)
+    if since is not None and backtest.REPLAY_SPAN_S % options.step_s:
+        raise PipelineInputError(
+            f"an incremental run replays whole dates, so the step must divide a day (86400 s) and "
+            f"never straddle midnight; got {options.step_s:g} s",
+            "--step",
+        )
+    _mark_run(result, since)
+    points = backtest.replay_points(_snapshots(spark, options, since=since), step_s=options.step_s)
+    path = options.out / "backtest_steps"
+    result.rows["backtest_steps"] = write_dated(
+        backtest.backtest(points, strategies=options.strategies), path, time_column="step_ts", since=since
+    )
+    result.outputs["backtest_steps"] = str(path)
+    steps = spark.read.parquet(str(path)).drop("date")
     _write(result, "backtest", backtest.summarize(steps), options.out)
     return spark.read.parquet(result.outputs["backtest"])
 

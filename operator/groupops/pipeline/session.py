@@ -1,16 +1,28 @@
-"""The SparkSession every job runs in: local[*] by default, any master by flag.
+"""The SparkSession every job runs in: local[*] by default, any master by flag, or a Spark Connect
+client (`SessionSettings.remote`, `sc://host:port`).
 
 Who calls it: the job entry points (`groupops pipeline <job>`, groupops.pipeline.jobs) and the
 pipeline tests' one shared session. Transforms never build a session.
 
 What it sets, and why:
-- `PYSPARK_PYTHON` = this interpreter, so Python workers import the same groupops and pandas;
+- the executors' Python and what they are shipped (`ExecutorSettings`): `PYSPARK_PYTHON`, which
+  PySpark reads when the context starts (default: this interpreter, so local Python workers import
+  the same groupops and pandas; under spark-submit, spark-submit's own `spark.pyspark.python`),
+  archives as `spark.archives`, both before the context starts, and py-files added
+  (`SparkContext.addPyFile`) before the session is returned, so every Python UDF carries them.
+  Not `spark.submit.pyFiles`: only spark-submit distributes those, and PySpark runs spark-submit
+  once per process, for its first context;
 - `SPARK_LOCAL_IP=127.0.0.1` for local masters (servers bind loopback only; a cluster master
   needs the driver reachable, so it is left alone there);
 - quiet logs: a log4j2 configuration at ERROR, written to the cache;
 - Spark's Kafka source (`org.apache.spark:spark-sql-kafka-0-10_2.13`) through
   `spark.jars.packages`, resolved by Ivy from Maven Central into `$GROUPOPS_CACHE/ivy`, only when a
   job reads or writes Kafka (`SessionSettings.kafka`).
+
+A Connect session (`remote`) is a client: the server owns the master, the memory, the classpath
+(Spark's Kafka source must be on the server's) and its executors' Python (its own PYSPARK_PYTHON);
+the client sets UTC, Arrow and the shuffle partitions for its session and ships py-files and
+archives as artifacts (`SparkSession.addArtifacts`), which the server's Python UDFs import.
 
 The connector's version is PySpark's own, except where Maven Central lacks that release:
 `CONNECTOR_PINS` says what to use instead. Spark 4.3.0 is such a case: no Spark 4.3 artifact is
@@ -26,17 +38,20 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
 import pyspark
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 __all__ = [
     "CONNECTOR_PINS",
+    "ExecutorSettings",
     "KafkaConnector",
     "SessionSettings",
+    "SessionSettingsError",
     "build_session",
     "cache_dir",
     "kafka_connector",
@@ -106,6 +121,69 @@ def cache_dir() -> Path:
     return Path(configured) if configured else Path.home() / ".cache" / "groupops"
 
 
+class SessionSettingsError(ValueError):
+    """A session setting that cannot work: `setting` names it (`executors.py_files`, ...)."""
+
+    def __init__(self, message: str, setting: str) -> None:
+        super().__init__(f"{message} ({setting})")
+        self.message = message
+        self.setting = setting
+
+
+# PySpark puts py-files with these suffixes on the executors' path (SparkContext.PACKAGE_EXTENSIONS),
+# and a `.py` file lands in the working directory, which is on the path too.
+PY_FILE_SUFFIXES = (".zip", ".egg", ".jar", ".py")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecutorSettings:
+    """What a cluster's executors run and get (docs/pipeline.md, "Run on a cluster"). `plan` and
+    `backtest` import groupops on the executors; the Spark SQL jobs need none of this.
+
+    python: the Python the executors start (PySpark's `PYSPARK_PYTHON`): `./env/bin/python` for
+        a shipped venv archive, or a Python every worker has. None: the driver's own interpreter
+        path (right for local masters, and for workers with the same venv at the same path), or
+        under spark-submit the Python spark-submit chose (`spark.pyspark.python`).
+    py_files: zip archives put on the executors' Python path (`SparkContext.addPyFile`): the groupops
+        wheel under a `.zip` name, since PySpark adds only .zip, .egg and .jar py-files to it.
+    archives: archives unpacked in each executor's working directory (`spark.archives`),
+        `venv.tar.gz#env` to unpack under `env/`.
+    """
+
+    python: str | None = None
+    py_files: tuple[str, ...] = ()
+    archives: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.python is not None and not self.python.strip():
+            raise SessionSettingsError("an empty path for the executors' Python", "executors.python")
+        for path in self.py_files:
+            if not path.lower().endswith(PY_FILE_SUFFIXES):
+                raise SessionSettingsError(
+                    f"{path}: PySpark puts only {', '.join(PY_FILE_SUFFIXES)} py-files on the "
+                    "executors' path; ship a wheel under a .zip name",
+                    "executors.py_files",
+                )
+        for archive in self.archives:
+            if not archive.split("#", 1)[0]:
+                raise SessionSettingsError(f"{archive!r}: no archive before '#'", "executors.archives")
+
+    def resolved_python(self) -> str:
+        """The interpreter path the executors get (see `python`)."""
+        if self.python is not None:
+            return self.python
+        if "PYSPARK_GATEWAY_PORT" in os.environ and os.environ.get("PYSPARK_PYTHON"):
+            return os.environ["PYSPARK_PYTHON"]  # spark-submit's spark.pyspark.python
+        return sys.executable
+
+    def spark_config(self) -> dict[str, str]:
+        """The Spark properties the context starts with: `spark.archives` (none when empty)."""
+        config = {}
+        if self.archives:
+            config["spark.archives"] = ",".join(self.archives)
+        return config
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SessionSettings:
     """How to build the session.
@@ -118,6 +196,10 @@ class SessionSettings:
     shuffle_partitions: None: 4 per local core for local masters (Spark's 200 makes tiny tasks),
         Spark's own default elsewhere.
     progress: Spark's console progress bar (for people; tests turn it off).
+    executors: the executors' Python and what they are shipped (`ExecutorSettings`).
+    remote: a Spark Connect server, `sc://host:port`: the session is its client and `master`,
+        `kafka`, `driver_memory` and `executors.python` are the server's business (see the module
+        docstring); None: a session of its own in this process.
     """
 
     master: str | None = "local[*]"
@@ -126,6 +208,22 @@ class SessionSettings:
     driver_memory: str = "2g"
     shuffle_partitions: int | None = None
     progress: bool = True
+    executors: ExecutorSettings = field(default_factory=ExecutorSettings)
+    remote: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.remote is None:
+            return
+        if not self.remote.startswith("sc://") or len(self.remote) == len("sc://"):
+            raise SessionSettingsError(
+                f"not a Spark Connect URL: {self.remote!r}; write sc://host:port", "remote"
+            )
+        if self.executors.python is not None:
+            raise SessionSettingsError(
+                "a Spark Connect server runs its Python UDFs on its own Python (PYSPARK_PYTHON where "
+                "the server starts); a client cannot choose it",
+                "executors.python",
+            )
 
 
 def _is_local(master: str | None) -> bool:
@@ -178,7 +276,11 @@ def _write_if_changed(path: Path, text: str) -> Path:
 def build_session(settings: SessionSettings | None = None) -> SparkSession:
     """Build (or return the running) session. Sets the environment PySpark reads at launch."""
     settings = settings or SessionSettings()
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    if settings.remote is not None:
+        return _connect(settings, settings.remote)
+    executor_python = settings.executors.resolved_python()
+    _refuse_a_running_context_with_another_python(executor_python)
+    os.environ["PYSPARK_PYTHON"] = executor_python
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if _is_local(settings.master):
         os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
@@ -205,6 +307,8 @@ def build_session(settings: SessionSettings | None = None) -> SparkSession:
         partitions = settings.shuffle_partitions or 0
     if partitions:
         builder = builder.config("spark.sql.shuffle.partitions", str(partitions))
+    for key, value in settings.executors.spark_config().items():
+        builder = builder.config(key, value)
     if settings.kafka:
         connector = kafka_connector()
         ivy = cache / "ivy"
@@ -220,4 +324,33 @@ def build_session(settings: SessionSettings | None = None) -> SparkSession:
         log.info("spark: Kafka source %s (ivy cache %s)", connector.coordinate, ivy)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
+    for path in settings.executors.py_files:
+        session.sparkContext.addPyFile(path)
+    return session
+
+
+def _refuse_a_running_context_with_another_python(executor_python: str) -> None:
+    """getOrCreate returns a running session as it is: its executors keep the Python it started
+    with, so different executor settings would be ignored without a word."""
+    running = SparkContext._active_spark_context
+    if running is not None and running.pythonExec != executor_python:
+        raise SessionSettingsError(
+            f"a session is already running with executors on {running.pythonExec}, not "
+            f"{executor_python}; stop it first",
+            "executors.python",
+        )
+
+
+def _connect(settings: SessionSettings, url: str) -> SparkSession:
+    """A Spark Connect client session on `url` with this module's session settings."""
+    session = SparkSession.builder.remote(url).getOrCreate()
+    session.conf.set("spark.sql.session.timeZone", "UTC")
+    session.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
+    if settings.shuffle_partitions:
+        session.conf.set("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
+    if settings.executors.py_files:
+        session.addArtifacts(*settings.executors.py_files, pyfile=True)
+    if settings.executors.archives:
+        session.addArtifacts(*settings.executors.archives, archive=True)
+    log.info("spark: Connect session on %s", url)
     return session
