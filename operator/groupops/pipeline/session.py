@@ -278,6 +278,9 @@ def build_session(settings: SessionSettings | None = None) -> SparkSession:
     settings = settings or SessionSettings()
     if settings.remote is not None:
         return _connect(settings, settings.remote)
+    # A Connect client built earlier in this process left PySpark in Connect mode (it marks the
+    # process through this variable), and a classic builder would then ask for a remote URL.
+    os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
     executor_python = settings.executors.resolved_python()
     _refuse_a_running_context_with_another_python(executor_python)
     os.environ["PYSPARK_PYTHON"] = executor_python
