@@ -30,7 +30,8 @@ time.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Protocol, TypeVar
 
 import pytest
 from pyspark.sql import SparkSession
@@ -62,16 +63,32 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("spark", masters, indirect=True, scope="session")
 
 
+class _Startable(Protocol):
+    def start(self) -> None: ...
+
+
+_Server = TypeVar("_Server", bound=_Startable)
+
+
+def start_or_skip(make: Callable[[], _Server], what: str) -> _Server:
+    """`make()`, started. A component that cannot be built here skips the tests that need it, but
+    fails them in CI, which must run them all."""
+    try:
+        server = make()
+        server.start()
+    except NotBuiltError as e:
+        if os.environ.get("CI"):
+            pytest.fail(f"the {what} cannot start in CI: {e}")
+        pytest.skip(f"no {what} here: {e}")
+    return server
+
+
 @pytest.fixture(scope="session")
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
     """The standalone cluster (started on first use, stopped at the end of the session)."""
-    cluster = SparkCluster(tmp_path_factory.mktemp("spark-cluster"))
-    try:
-        cluster.start()
-    except NotBuiltError as e:
-        if os.environ.get("CI"):
-            pytest.fail(f"the Spark standalone cluster cannot start in CI: {e}")
-        pytest.skip(f"no Spark standalone cluster here: {e}")
+    cluster = start_or_skip(
+        lambda: SparkCluster(tmp_path_factory.mktemp("spark-cluster")), "Spark standalone cluster"
+    )
     try:
         yield cluster
     finally:
@@ -82,15 +99,12 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkClu
 def spark_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkConnectServer]:
     """The Spark Connect server (started on first use, stopped at the end of the session); its
     UDFs run the executor Python without groupops, as the cluster's do."""
-    try:
-        server = SparkConnectServer(
+    server = start_or_skip(
+        lambda: SparkConnectServer(
             tmp_path_factory.mktemp("spark-connect"), SparkConnectSettings(python=str(executor_python()))
-        )
-        server.start()
-    except NotBuiltError as e:
-        if os.environ.get("CI"):
-            pytest.fail(f"the Spark Connect server cannot start in CI: {e}")
-        pytest.skip(f"no Spark Connect server here: {e}")
+        ),
+        "Spark Connect server",
+    )
     try:
         yield server
     finally:

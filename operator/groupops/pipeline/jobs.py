@@ -187,14 +187,21 @@ def _generate(spark: SparkSession, options: JobOptions, result: JobResult) -> No
     result.rows["snapshots"] = options.history.rows
 
 
+def _check_divides_a_day(seconds: float, what: str, option: str) -> None:
+    """An incremental run recomputes whole dates: a `what` of `seconds` must divide a day, so
+    that none straddles midnight; PipelineInputError naming `option` otherwise."""
+    if DAY_S % seconds:
+        raise PipelineInputError(
+            f"an incremental run recomputes whole dates, so the {what} must divide a day (86400 s) "
+            f"and never straddle midnight; got {seconds:g} s",
+            option,
+        )
+
+
 def _rates(spark: SparkSession, options: JobOptions, result: JobResult) -> None:
     since = resume_point(spark, "rates", options)
-    if since is not None and DAY_S % options.window_s:
-        raise PipelineInputError(
-            f"an incremental run replaces whole dates, so the window must divide a day (86400 s) "
-            f"and never straddle midnight; got {options.window_s:g} s",
-            "--window",
-        )
+    if since is not None:
+        _check_divides_a_day(options.window_s, "window", "--window")
     _mark_run(result, since)
     frame = rates.rates(_snapshots(spark, options, since=since), window_s=options.window_s)
     path = options.out / "rates"
@@ -340,12 +347,8 @@ def _backtest_frames(spark: SparkSession, options: JobOptions, result: JobResult
     from `since`'s midnight on and replaces those dates of `backtest_steps/`; the summary is
     computed again from every stored date (design §10)."""
     since = resume_point(spark, "backtest", options)
-    if since is not None and backtest.REPLAY_SPAN_S % options.step_s:
-        raise PipelineInputError(
-            f"an incremental run replays whole dates, so the step must divide a day (86400 s) and "
-            f"never straddle midnight; got {options.step_s:g} s",
-            "--step",
-        )
+    if since is not None:
+        _check_divides_a_day(options.step_s, "step", "--step")
     _mark_run(result, since)
     points = backtest.replay_points(_snapshots(spark, options, since=since), step_s=options.step_s)
     path = options.out / "backtest_steps"
