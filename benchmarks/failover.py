@@ -348,6 +348,9 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="write the figures here too")
     parser.add_argument("--skip-kafka-failover", action="store_true", help="only ours (quick runs)")
     parser.add_argument("--only-rebalance", action="store_true", help="only the partitions-paused part")
+    parser.add_argument(
+        "--skip-rebalance", action="store_true", help="no partitions-paused part (failover figures only)"
+    )
     args = parser.parse_args()
     figures: dict[str, Any] = {
         "runs": args.runs,
@@ -388,12 +391,17 @@ def main() -> int:
                     figures["static_graceful"], _ = measure_takeovers(
                         static, args.runs, owner_sets=static.broker_sets, how="graceful", replicas=3
                     )
-        for label, strategy, delivery in (
-            ("rebalance-ours", "range", "plan"),
-            ("rebalance-ours-sticky", "cooperative-sticky", "plan"),
-            ("rebalance-eager", "range", "native"),
-            ("rebalance-cooperative", "cooperative-sticky", "native"),
-        ):
+        rebalances = (
+            ()
+            if args.skip_rebalance
+            else (
+                ("rebalance-ours", "range", "plan"),
+                ("rebalance-ours-sticky", "cooperative-sticky", "plan"),
+                ("rebalance-eager", "range", "native"),
+                ("rebalance-cooperative", "cooperative-sticky", "native"),
+            )
+        )
+        for label, strategy, delivery in rebalances:
             print(f"== partitions paused per rebalance: {label}")
             spec = {
                 "partitions": 12,
