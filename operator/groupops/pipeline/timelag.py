@@ -16,7 +16,8 @@ Window operator (the partition-wide min/max are frames of the same ordering). A 
 point is null, so "the next non-null point after the query" is "the first history point at or
 after it": the same row that a running `last` over the reverse order finds, which an earlier
 version did at the cost of a second sort (docs/design.md §10). Groups reading the same topic
-share its history.
+share its history. Caught-up rows (committed at the log end: most rows of a healthy cluster) are
+0 s behind without a lookup and never enter the stream.
 
 Outputs: `timelag(snapshots)` one row per snapshot row: cluster, group, topic, partition, member,
 ts, lag, time_lag_s; `timelag_by_member(per_partition)` at each group's latest snapshot: per
@@ -50,17 +51,18 @@ def timelag(snapshots: DataFrame) -> DataFrame:
         sf.lit(_HISTORY).alias("kind"),
         sf.lit(None).cast("string").alias("group"),
         sf.lit(None).cast("string").alias("member"),
-        sf.lit(None).cast("long").alias("log_end"),
         sf.lit(None).cast("long").alias("lag"),
     )
-    queries = rows.select(
+    # A caught-up row is 0 s behind without a lookup: it stays out of the stream (most rows of a
+    # healthy cluster), and comes back, unshuffled, in the union at the end.
+    caught_up = sf.col("consumed") >= sf.col("log_end")
+    queries = rows.where(~caught_up | caught_up.isNull()).select(
         *TOPIC_PARTITION_KEYS,
         sf.col("consumed").alias("offset"),
         "t",
         sf.lit(_QUERY).alias("kind"),
         "group",
         "member",
-        "log_end",
         "lag",
     )
     is_history = sf.col("kind") == _HISTORY
@@ -95,20 +97,11 @@ def timelag(snapshots: DataFrame) -> DataFrame:
         .when(sf.col("before").isNull(), sf.when(average_rate > 0, extrapolated))
         .otherwise(interpolated)
     )
-    time_lag = (
-        sf.when(sf.col("offset") >= sf.col("log_end"), sf.lit(0.0))
-        .otherwise(sf.greatest(sf.lit(0.0), sf.col("t") - produced_at))
-        .cast("double")
-    )
-    return located.select(
-        "cluster",
-        "group",
-        "topic",
-        "partition",
-        "member",
-        sf.timestamp_seconds("t").alias("ts"),
-        "lag",
-        time_lag.alias("time_lag_s"),
+    time_lag = sf.greatest(sf.lit(0.0), sf.col("t") - produced_at).cast("double")
+    ts = sf.timestamp_seconds("t").alias("ts")
+    output = ("cluster", "group", "topic", "partition", "member", ts, "lag")
+    return located.select(*output, time_lag.alias("time_lag_s")).unionByName(
+        rows.where(caught_up).select(*output, sf.lit(0.0).alias("time_lag_s"))
     )
 
 
