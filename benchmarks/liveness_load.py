@@ -138,14 +138,41 @@ from operator_scale import (  # noqa: E402
 
 log = logging.getLogger("liveness_load")
 
-MODES = ("renewal", "heartbeat")
-LEASE = LeaseSettings()
-"""The replica's defaults: interval 1 s, renew deadline 3 s, request timeout 2 s, duration 4 s."""
-HEARTBEAT_TIMEOUT_S = min(LEASE.request_timeout_s, LEASE.renew_interval_s * 0.75)
-"""One exchange's budget, as `LeaseKeeper.beat_once`; a second datagram goes at half of it
-(`HeartbeatClient._one`), and an answer to either counts."""
-"""How long `beat_once` waits for an answer before writing the Lease instead."""
-RETRY_AFTER_S = min(0.25, LEASE.renew_interval_s / 2)
+MODES = ("renewal", "heartbeat", "heartbeat-thread")
+"""heartbeat: answered in the operator's answering process (its default); heartbeat-thread: in a
+thread of the operator's own process (`--no-heartbeat-process`), as before that process existed."""
+
+
+class Timing:
+    """The replicas' timing: `LeaseSettings()`'s defaults (interval 1 s, renew deadline 3 s, request
+    timeout 2 s, duration 4 s), or what `--interval` and `--lease-duration` make of them as
+    GROUPOPS_RENEW_INTERVAL_SECONDS and GROUPOPS_LEASE_DURATION_SECONDS do a real replica's."""
+
+    def __init__(self) -> None:
+        self.lease = LeaseSettings()
+        self._derive()
+
+    def configure(self, interval_s: float, duration_s: int) -> None:
+        """As `RuntimeSettings.from_env` derives the rest from these two settings."""
+        self.lease = LeaseSettings(
+            duration_s=duration_s,
+            renew_interval_s=interval_s,
+            renew_deadline_s=duration_s * 0.75,
+            request_timeout_s=max(0.5, min(2.0, duration_s / 4)),
+        )
+        self._derive()
+
+    def _derive(self) -> None:
+        self.heartbeat_timeout_s = min(self.lease.request_timeout_s, self.lease.renew_interval_s * 0.75)
+        """One exchange's budget, as `LeaseKeeper.beat_once`: how long it waits for an answer
+        before writing the Lease instead; a second datagram goes at half of it
+        (`HeartbeatClient._one`), and an answer to either counts."""
+        self.retry_after_s = min(0.25, self.lease.renew_interval_s / 2)
+
+
+TIMING = Timing()
+
+
 LIST_EVERY_S = 2.0
 SETTLED_FOR_S = 5.0
 """Setup is over when no plan changed for this long (and every replica acknowledged)."""
@@ -295,6 +322,8 @@ class PlayConfig:
     mode: str
     heartbeat_address: str | None
     write_threads: int
+    interval_s: float = 1.0
+    lease_duration_s: int = TIMING.lease.duration_s
 
 
 class Fleet:
@@ -304,8 +333,8 @@ class Fleet:
 
     def __init__(self, config: PlayConfig) -> None:
         self.config = config
-        self.heartbeats = config.mode == "heartbeat"
-        self.kube = LeanKube(config.kubeconfig, timeout_s=LEASE.request_timeout_s)
+        self.heartbeats = config.mode.startswith("heartbeat")
+        self.kube = LeanKube(config.kubeconfig, timeout_s=TIMING.lease.request_timeout_s)
         self.replicas: list[Replica] = []
         for policy, group_id in group_ids(config.count).items():
             for ordinal in range(REPLICAS):
@@ -480,7 +509,7 @@ class Fleet:
             r.dirty = False
             self._schedule(r, end)
         else:
-            self._schedule(r, end + LEASE.renew_interval_s if next_at is None else next_at)
+            self._schedule(r, end + TIMING.lease.renew_interval_s if next_at is None else next_at)
         self._wake.notify()
 
     def _schedule_loop(self) -> None:
@@ -514,7 +543,7 @@ class Fleet:
                 self._pending[seq] = (r, now, again, True)
                 r.exchange.append(seq)
                 heapq.heappush(
-                    self._heap, (now + HEARTBEAT_TIMEOUT_S / 2, next(self._order), _DEADLINE, seq, 0)
+                    self._heap, (now + TIMING.heartbeat_timeout_s / 2, next(self._order), _DEADLINE, seq, 0)
                 )
                 self.counts["heartbeats_resent"] += 1
                 return lambda: self._send(again)
@@ -544,7 +573,9 @@ class Fleet:
             )
             self._pending[seq] = (r, now, heartbeat, False)
             r.exchange = [seq]
-            heapq.heappush(self._heap, (now + HEARTBEAT_TIMEOUT_S / 2, next(self._order), _DEADLINE, seq, 0))
+            heapq.heappush(
+                self._heap, (now + TIMING.heartbeat_timeout_s / 2, next(self._order), _DEADLINE, seq, 0)
+            )
             return lambda: self._send(heartbeat)
         return lambda: self._submit(r)
 
@@ -596,7 +627,9 @@ class Fleet:
                 self._close_exchange(r)
                 if answer.status is HeartbeatStatus.GRANTED:
                     self.counts["heartbeats_granted"] += 1
-                    r.valid_until = max(r.valid_until, sent + min(answer.valid, LEASE.renew_deadline_s))
+                    r.valid_until = max(
+                        r.valid_until, sent + min(answer.valid, TIMING.lease.renew_deadline_s)
+                    )
                     self._finish(r, at)
                     continue
                 if r.crashed:
@@ -625,7 +658,7 @@ class Fleet:
                 # `_run`: one quick retry, so a single dropped request does not cost an interval
                 heapq.heappush(
                     self._heap,
-                    (time.monotonic() + RETRY_AFTER_S, next(self._order), _RETRY, r.index, r.token),
+                    (time.monotonic() + TIMING.retry_after_s, next(self._order), _RETRY, r.index, r.token),
                 )
                 self._wake.notify()
                 return
@@ -644,7 +677,7 @@ class Fleet:
             if status == 200:
                 with self._lock:
                     r.obj, r.written, r.held = written, record, True
-                    r.valid_until = sent + LEASE.renew_deadline_s
+                    r.valid_until = sent + TIMING.lease.renew_deadline_s
                 return True
             if status != 409 or not self._reread(r):
                 return False
@@ -710,7 +743,7 @@ class Fleet:
                 spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
             spec["acquireTime"] = now
         spec["holderIdentity"] = r.identity
-        spec.setdefault("leaseDurationSeconds", LEASE.duration_s)  # as the operator set it
+        spec.setdefault("leaseDurationSeconds", TIMING.lease.duration_s)  # as the operator set it
         spec["renewTime"] = now
         return {**r.obj, "metadata": metadata, "spec": spec}
 
@@ -764,7 +797,7 @@ class Fleet:
                 return
             self.counts["takes"] += 1
             r.obj, r.written, r.held = written, record, True
-            r.valid_until = sent + LEASE.renew_deadline_s
+            r.valid_until = sent + TIMING.lease.renew_deadline_s
             # Real replicas start at random moments: spread their seconds.
             self._finish(r, time.monotonic(), next_at=time.monotonic() + random.uniform(0, 1))
 
@@ -795,6 +828,7 @@ def _milliseconds(seconds: list[float]) -> dict[str, float]:
 def play(config: PlayConfig) -> int:
     """The generator's main: requests on stdin, one JSON line each, answers on stdout."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    TIMING.configure(config.interval_s, config.lease_duration_s)
     fleet = Fleet(config)
     fleet.start()
     print(json.dumps({"ready": True, "pid": os.getpid()}), flush=True)
@@ -989,6 +1023,21 @@ def heartbeat_answers(metrics_port: int) -> dict[str, float]:
     return sums
 
 
+def children_of(pid: int) -> list[int]:
+    """The live child processes of `pid` (from /proc/<child>/stat's parent field)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == pid:
+            found.append(int(entry.name))
+    return found
+
+
 @dataclass
 class Point:
     """One (N, mode) run: the processes and how to read them."""
@@ -1009,8 +1058,12 @@ class Point:
         return self.count * REPLICAS
 
     def cpu(self) -> dict[str, float]:
-        """CPU seconds of each of our processes, of this driver, and of the whole machine."""
+        """CPU seconds of each of our processes, of this driver, and of the whole machine; the
+        operator's include its children (the heartbeat answering process)."""
         seconds = {name: ProcessSampler(pid).cpu_seconds() for name, pid in self.pids.items()}
+        answerers = [ProcessSampler(pid).cpu_seconds() for pid in children_of(self.pids["operator"])]
+        seconds["operator"] += sum(answerers)
+        seconds["heartbeat process"] = sum(answerers)
         return seconds | {
             "driver": ProcessSampler(os.getpid()).cpu_seconds(),
             "machine": machine_cpu_seconds(),
@@ -1097,7 +1150,9 @@ class Point:
             "cpu_percent_of_one_core": cpu_percent
             | {
                 "others": round(
-                    cpu_percent["machine"] - sum(v for k, v in cpu_percent.items() if k != "machine"), 1
+                    cpu_percent["machine"]
+                    - sum(v for k, v in cpu_percent.items() if k not in {"machine", "heartbeat process"}),
+                    1,
                 )
             },
             "heartbeat_answers_per_s": rates(answers_after, answers_before, requests_elapsed),
@@ -1197,12 +1252,14 @@ def point(mode: str, count: int, args: argparse.Namespace, workdir: Path) -> dic
         namespace = f"live-{mode[:5]}-{count}-{int(time.time()) % 100000}"
         create_namespace(kubectl, namespace)
         metrics_port = free_port()
-        extra = ["--metrics-port", str(metrics_port)]  # the last --metrics-port wins
+        extra = ["--metrics-port", str(metrics_port), "--lease-duration", str(args.lease_duration)]
         heartbeat_address, heartbeat_port = None, None
-        if mode == "heartbeat":
+        if mode.startswith("heartbeat"):
             heartbeat_port = free_port(socket.SOCK_DGRAM)
             heartbeat_address = f"127.0.0.1:{heartbeat_port}"
             extra += ["--heartbeat-port", str(heartbeat_port), "--heartbeat-address", heartbeat_address]
+            if mode == "heartbeat-thread":
+                extra.append("--no-heartbeat-process")
         operator = OperatorProcess(
             kubeconfig=cluster.kubeconfig,
             namespace=namespace,
@@ -1229,6 +1286,8 @@ def point(mode: str, count: int, args: argparse.Namespace, workdir: Path) -> dic
             mode=mode,
             heartbeat_address=heartbeat_address,
             write_threads=args.write_threads,
+            interval_s=args.interval,
+            lease_duration_s=args.lease_duration,
         )
         generator = Generator(config, workdir / f"generator-{count}-{mode}.log")
         exits.callback(generator.stop)
@@ -1340,6 +1399,7 @@ def markdown_table(figures: dict[str, dict[str, Any]]) -> str:
         ("fences of live replicas in the window", in_window("fenced")),
         ("replicas whose validity lapsed in the window", in_window("validity_lapses")),
         ("CPU operator (% of one core)", cpu("operator")),
+        ("of which its heartbeat process", cpu("heartbeat process")),
         ("CPU kube-apiserver", cpu("kube-apiserver")),
         ("CPU etcd", cpu("etcd")),
         ("CPU load generator", cpu("generator")),
@@ -1376,9 +1436,14 @@ def main() -> int:
     parser.add_argument("--setup-timeout", type=float, default=420.0, help="seconds to wait for setup")
     parser.add_argument("--crash-timeout", type=float, default=30.0, help="seconds to wait for each move")
     parser.add_argument("--write-threads", type=int, default=48, help="the generator's writer pool")
+    parser.add_argument("--interval", type=float, default=1.0, help="replicas' renewal/heartbeat interval, s")
+    parser.add_argument(
+        "--lease-duration", type=int, default=TIMING.lease.duration_s, help="Lease duration, s"
+    )
     parser.add_argument("--json", type=Path, help="write the figures here too")
     parser.add_argument("--play", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    TIMING.configure(args.interval, args.lease_duration)
     if args.play:
         return play(PlayConfig(**json.loads(args.play)))
     workdir = Path(tempfile.mkdtemp(prefix="groupops-liveness-load-"))
@@ -1386,7 +1451,12 @@ def main() -> int:
     figures: dict[str, dict[str, Any]] = {}
     for count in args.counts:
         for mode in args.modes:
-            figures[f"{mode} {count}"] = point(mode, count, args, workdir)
+            timing = (
+                ""
+                if (args.interval, args.lease_duration) == (1.0, 4)
+                else f" {args.interval}s/{args.lease_duration}s"
+            )
+            figures[f"{mode} {count}{timing}"] = point(mode, count, args, workdir)
             if args.json:
                 args.json.write_text(json.dumps(figures, indent=2))
     print(json.dumps(figures, indent=2))

@@ -97,6 +97,13 @@ def operator_command(
             "with --heartbeat-port."
         ),
     ] = None,
+    heartbeat_process: Annotated[
+        bool,
+        typer.Option(
+            help="Answer heartbeats in a process of their own (--no-heartbeat-process: in a thread of "
+            "the operator's, which shares its interpreter with the reconciles).",
+        ),
+    ] = True,
     heartbeat_address: Annotated[
         list[str] | None,
         typer.Option(
@@ -165,7 +172,11 @@ def operator_command(
     from groupops.controller.main import StartupError, run_operator  # noqa: PLC0415 - kopf loads only here
 
     heartbeat, consumer_addresses = _heartbeats(
-        port=heartbeat_port, advertise=heartbeat_advertise, addresses=heartbeat_address or [], host=host
+        port=heartbeat_port,
+        advertise=heartbeat_advertise,
+        addresses=heartbeat_address or [],
+        host=host,
+        own_process=heartbeat_process,
     )
     try:
         guard = GuardAllowlist(
@@ -209,7 +220,7 @@ def operator_command(
 
 
 def _heartbeats(
-    *, port: int, advertise: str | None, addresses: list[str], host: str
+    *, port: int, advertise: str | None, addresses: list[str], host: str, own_process: bool = True
 ) -> tuple[HeartbeatSettings | None, tuple[str, ...]]:
     if port == 0:
         if advertise or addresses:
@@ -219,7 +230,8 @@ def _heartbeats(
     if not advertise and not own:
         fail("listening on all addresses: say which one consumers reach (--heartbeat-advertise or $POD_IP)")
     try:
-        settings = HeartbeatSettings(port=port, advertise=advertise or f"{own}:{port}")
+        advertised = advertise or f"{own}:{port}"
+        settings = HeartbeatSettings(port=port, advertise=advertised, own_process=own_process)
         consumer_addresses = tuple(a for address in addresses for a in parse_addresses(address))
     except ValueError as e:
         fail(f"heartbeats: {e}")

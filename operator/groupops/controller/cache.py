@@ -230,6 +230,13 @@ class WatchCache:
         with self._lock:
             self._listeners.append(listener)
 
+    def listen_from_here(self, listener: Listener) -> Sequence[dict[str, Any]]:
+        """Add `listener` and return the objects it will not hear about, a copy of the store taken
+        under the same lock: a mirror built from both misses nothing (heartbeat_process.py)."""
+        with self._lock:
+            self._listeners.append(listener)
+            return [copy.deepcopy(obj) for obj in self._store.objects.values()]
+
     def remove_listener(self, listener: Listener) -> None:
         with self._lock:
             if listener in self._listeners:

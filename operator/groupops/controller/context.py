@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from groupops.controller.cache import Caches, Reader
 from groupops.controller.events import EventSink
-from groupops.controller.heartbeats import HeartbeatBook
+from groupops.controller.heartbeats import HeartbeatGuard
 from groupops.controller.lagfleet import KafkaClusterReaders
 from groupops.controller.lagread import PolicyLag
 from groupops.controller.metrics import Metrics
@@ -111,7 +111,7 @@ class Deps:
     leadership: Leadership | None = None
     """The election this operator won; None when it runs without one (one operator by
     construction). Every plan write checks it and records its term."""
-    heartbeats: HeartbeatBook | None = None
+    heartbeats: HeartbeatGuard | None = None
     """Consumer heartbeats this operator answers (docs/design.md §7.5); None: Leases only."""
     kafka_readers: KafkaClusterReaders | None = None
     """One reader per Kafka connection for `kafka` lag sources (docs/design.md §8.4); None: a

@@ -25,8 +25,13 @@ The fence guard: the reconcile judged a Lease silent; between that judgement and
 heartbeat may arrive. `may_fence` re-checks silence and records a refusal under one lock with the
 grant, so either the heartbeat was granted first (the fence is not written: the replica is alive)
 or it is refused (the replica's validity has ended and it gets no more). The refusal holds while
-the cache still shows the version the fence was judged on; after that the Lease itself says
-`fenced-incarnation`.
+the Lease view still shows the version the fence was judged on, or the one it showed when the
+refusal began (a mirror in another process may lag the reconcile's cache: it then shows an older
+version first); after that the Lease itself says `fenced-incarnation`.
+
+Where it runs: in the operator's process (`HeartbeatServer`, a thread), or in a process of its own
+(`controller.heartbeat_process`) that holds a mirror of the Lease cache and sends what it heard
+back; answers are counted through a `HeartbeatTally` either way.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from groupops.controller.metrics import Metrics
 from groupops.controller.names import LABEL_POLICY
@@ -56,7 +61,15 @@ from groupops.planner.liveness import (
 from groupops.planner.plan_format import lease_record
 from groupops.planner.wire import PlanFormatError
 
-__all__ = ["GRANT_FRACTION", "HeardProgress", "HeartbeatBook", "HeartbeatServer"]
+__all__ = [
+    "GRANT_FRACTION",
+    "HeardProgress",
+    "HeartbeatBook",
+    "HeartbeatGuard",
+    "HeartbeatServer",
+    "HeartbeatTally",
+    "MetricsTally",
+]
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +96,70 @@ class HeardProgress:
 _RECEIVE_BUFFER_BYTES = 4 << 20
 
 
+class HeartbeatTally(Protocol):
+    """Where answers are counted: the operator's metrics in its own process, or a tally sent to
+    it from the answering process (`controller.heartbeat_process`)."""
+
+    def answered(self, label: str, count: int = 1) -> None:
+        """Heartbeats answered (granted, refused, refused-stuck, not-leader) or malformed."""
+
+    def polled(self, namespace: str, policy: str, identity: str, seconds: float) -> None:
+        """A replica reported its loop last polled `seconds` ago."""
+
+
+class HeartbeatGuard(Protocol):
+    """What the reconciles call: `HeartbeatBook` in this process, or `HeartbeatProcess` carrying
+    the same calls to the answering process."""
+
+    def attach(self, namespace: str, policy: str, clock: LeaseClock) -> None: ...
+
+    def detach(self, namespace: str, policy: str, clock: LeaseClock) -> None: ...
+
+    def note_published(self, namespace: str, policy: str, epoch: int) -> None: ...
+
+    def note_max_poll_interval(self, namespace: str, policy: str, seconds: float) -> None: ...
+
+    def progress_of(self, namespace: str, lease: str) -> HeardProgress | None: ...
+
+    def may_fence(
+        self,
+        namespace: str,
+        policy: str,
+        lease: str,
+        *,
+        incarnation: str | None,
+        version: str,
+        duration_s: float,
+    ) -> bool: ...
+
+    def fence_failed(self, namespace: str, lease: str, *, version: str) -> None: ...
+
+
+class MetricsTally:
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def answered(self, label: str, count: int = 1) -> None:
+        self._metrics.heartbeats.labels(label).inc(count)
+
+    def polled(self, namespace: str, policy: str, identity: str, seconds: float) -> None:
+        self._metrics.member_seconds_since_poll.labels(namespace, policy, identity).set(seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class _Refusal:
+    """A fence is being written on `version` of a Lease whose holder is `incarnation`. `shown`:
+    the version this book's Lease view showed when the refusal began, which is older than
+    `version` when the view lags the one the fence was judged on (another process's mirror)."""
+
+    incarnation: str | None
+    version: str
+    shown: str | None
+
+    def holds(self, incarnation: str | None, shown: str | None) -> bool:
+        return incarnation == self.incarnation and shown in (self.version, self.shown)
+
+
 class HeartbeatBook:
     def __init__(
         self,
@@ -91,18 +168,19 @@ class HeartbeatBook:
         leading: Callable[[], bool],
         leader_address: Callable[[], str | None],
         metrics: Metrics | None = None,
+        tally: HeartbeatTally | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
         self._leases = leases
         self._leading = leading
         self._leader_address = leader_address
-        self._metrics = metrics
+        self._tally = tally if tally is not None else None if metrics is None else MetricsTally(metrics)
         self._clock = clock
         self._wall = wall
         self._lock = threading.Lock()
         self._clocks: dict[_PolicyKey, LeaseClock] = {}
-        self._refused: dict[tuple[str, str], tuple[str | None, str]] = {}
+        self._refused: dict[tuple[str, str], _Refusal] = {}
         self._published: dict[_PolicyKey, tuple[int, float]] = {}
         self._max_poll: dict[_PolicyKey, float] = {}
         self._progress: dict[tuple[str, str], HeardProgress] = {}
@@ -139,6 +217,11 @@ class HeartbeatBook:
         """What the replica of `lease` last reported, None when it never reported progress."""
         return self._progress.get((namespace, lease))
 
+    def progress_snapshot(self) -> dict[tuple[str, str], HeardProgress]:
+        """Every replica's last report, by (namespace, Lease name)."""
+        with self._lock:
+            return dict(self._progress)
+
     # -- the fence guard ----------------------------------------------------------------------------
 
     def may_fence(
@@ -152,21 +235,23 @@ class HeartbeatBook:
         duration_s: float,
     ) -> bool:
         """False when a heartbeat was granted within `duration_s` (the replica is alive); else
-        refuse every heartbeat of `incarnation` until the cache moves past `version`."""
+        refuse every heartbeat of `incarnation` until the Lease view moves past `version` (and
+        past the version it showed now, when it lags the reconcile's)."""
+        shown = _version(self._leases(namespace, lease))
         with self._lock:
             clock = self._clocks.get((namespace, policy))
             if clock is not None:
                 heard = clock.heard_at(MemberId(lease))
                 if heard is not None and self._clock() - heard < duration_s:
                     return False
-            self._refused[(namespace, lease)] = (incarnation, version)
+            self._refused[(namespace, lease)] = _Refusal(incarnation, version, shown)
             return True
 
     def fence_failed(self, namespace: str, lease: str, *, version: str) -> None:
         """The fence judged on `version` did not land: the replica wrote (it is alive)."""
         with self._lock:
             refused = self._refused.get((namespace, lease))
-            if refused is not None and refused[1] == version:
+            if refused is not None and refused.version == version:
                 del self._refused[(namespace, lease)]
 
     # -- answering ----------------------------------------------------------------------------------
@@ -194,7 +279,7 @@ class HeartbeatBook:
         with self._lock:
             refused = self._refused.get(key)
             if refused is not None:
-                if refused == (heartbeat.incarnation, str(meta.get("resourceVersion"))):
+                if refused.holds(heartbeat.incarnation, _version(lease)):
                     return self._answer(
                         heartbeat, HeartbeatStatus.REFUSED, reason="fenced: re-read the Lease"
                     )
@@ -232,8 +317,8 @@ class HeartbeatBook:
             dict(heartbeat.progress), self._wall(), policy
         )
         poll = heartbeat.progress.get("poll")
-        if self._metrics is not None and poll is not None:
-            self._metrics.member_seconds_since_poll.labels(heartbeat.namespace, policy, identity).set(poll)
+        if self._tally is not None and poll is not None:
+            self._tally.polled(heartbeat.namespace, policy, identity, poll)
 
     def _answer(
         self,
@@ -245,19 +330,31 @@ class HeartbeatBook:
         reason: str = "",
         stuck: bool = False,
     ) -> HeartbeatAnswer:
-        if self._metrics is not None:
-            self._metrics.heartbeats.labels("refused-stuck" if stuck else status.value).inc()
+        if self._tally is not None:
+            self._tally.answered("refused-stuck" if stuck else status.value)
         return HeartbeatAnswer(
             seq=heartbeat.seq, status=status, valid=valid, leader=leader, reason=reason, stuck=stuck
         )
 
 
+def _version(lease: Mapping[str, Any] | None) -> str | None:
+    return None if lease is None else str((lease.get("metadata") or {}).get("resourceVersion"))
+
+
 class HeartbeatServer:
     """One UDP socket and one thread: read a datagram, answer it, repeat."""
 
-    def __init__(self, book: HeartbeatBook, host: str, port: int, *, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self,
+        book: HeartbeatBook,
+        host: str,
+        port: int,
+        *,
+        metrics: Metrics | None = None,
+        tally: HeartbeatTally | None = None,
+    ) -> None:
         self._book = book
-        self._metrics = metrics
+        self._tally = tally if tally is not None else None if metrics is None else MetricsTally(metrics)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._socket = socket.socket(family, socket.SOCK_DGRAM)
         # Room for a few seconds of heartbeats: while this thread waits for the GIL, datagrams
@@ -315,8 +412,8 @@ class HeartbeatServer:
                 log.debug("answering %s: %s", sender, e)
 
     def _malformed(self, sender: Any, error: HeartbeatFormatError) -> None:
-        if self._metrics is not None:
-            self._metrics.heartbeats.labels("malformed").inc()
+        if self._tally is not None:
+            self._tally.answered("malformed")
         now = time.monotonic()
         if now - self._malformed_logged > 60:
             self._malformed_logged = now

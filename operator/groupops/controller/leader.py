@@ -87,6 +87,11 @@ class LeaderElector:
         with self._lock:
             return time.monotonic() < self._valid_until
 
+    def valid_until(self) -> float:
+        """The monotonic moment this replica stops leading unless it renews (0 while standing by)."""
+        with self._lock:
+            return self._valid_until
+
     def acquire(self, stop: threading.Event) -> bool:
         """Block until this replica leads (True) or `stop` is set (False)."""
         attempt = 0

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import http.server
 import logging
+import math
 import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import kopf
@@ -24,7 +26,8 @@ from groupops.controller.clusters import ClusterBook
 from groupops.controller.conflicts import start_policy_claims
 from groupops.controller.events import EventSink
 from groupops.controller.handlers import build_registry
-from groupops.controller.heartbeats import HeartbeatBook, HeartbeatServer
+from groupops.controller.heartbeat_process import HeartbeatProcess, HeartbeatProcessError
+from groupops.controller.heartbeats import HeartbeatBook, HeartbeatGuard, HeartbeatServer
 from groupops.controller.lagfleet import KafkaClusterReaders
 from groupops.controller.leader import LeaderElector
 from groupops.controller.metrics import Metrics
@@ -34,9 +37,10 @@ from groupops.controller.sightings import LeaseSightings
 from groupops.kubeapi import KubeClient
 from groupops.lag.history import OffsetHistory
 
-__all__ = ["LEADERSHIP_LOST_EXIT", "StartupError", "run_operator"]
+__all__ = ["HEARTBEATS_LOST_EXIT", "LEADERSHIP_LOST_EXIT", "StartupError", "run_operator"]
 
 LEADERSHIP_LOST_EXIT = 3
+HEARTBEATS_LOST_EXIT = 4
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +127,7 @@ def run_operator(settings: Settings, *, verbose: bool = False) -> None:
         kafka_readers.close()
         clusters.stop()
         if heartbeats is not None:
-            heartbeats[1].stop()
+            heartbeats[1]()
         if elector is not None:
             elector.release()
         if history is not None:
@@ -132,10 +136,24 @@ def run_operator(settings: Settings, *, verbose: bool = False) -> None:
 
 def _serve_heartbeats(
     settings: Settings, caches: Caches, elector: LeaderElector | None, metrics: Metrics
-) -> tuple[HeartbeatBook, HeartbeatServer] | None:
-    """Answer consumer heartbeats from now on, standing by or not (docs/design.md §7.5)."""
+) -> tuple[HeartbeatGuard, Callable[[], None]] | None:
+    """Answer consumer heartbeats from now on, standing by or not (docs/design.md §7.5): in a
+    process of their own unless told otherwise. Returns the reconciles' guard and its stop."""
     if settings.heartbeat is None:
         return None
+    host, port = settings.network.host, settings.heartbeat.port
+    if settings.heartbeat.own_process:
+        try:
+            answerer = HeartbeatProcess(host, port, metrics=metrics)
+        except HeartbeatProcessError as e:
+            raise StartupError(str(e)) from e
+        answerer.on_lost = _exit_on_lost_heartbeats
+        answerer.mirror_leases(caches.leases.listen_from_here)
+        if elector is None:
+            answerer.start_leadership(lambda: math.inf, lambda: None)
+        else:
+            answerer.start_leadership(elector.valid_until, lambda: elector.leader_address)
+        return answerer, answerer.stop
     book = HeartbeatBook(
         leases=caches.leases.get,
         leading=(lambda: True) if elector is None else elector.still_leading,
@@ -143,13 +161,11 @@ def _serve_heartbeats(
         metrics=metrics,
     )
     try:
-        server = HeartbeatServer(book, settings.network.host, settings.heartbeat.port, metrics=metrics)
+        server = HeartbeatServer(book, host, port, metrics=metrics)
     except OSError as e:
-        raise StartupError(
-            f"cannot answer heartbeats: {e.strerror} (--heartbeat-port {settings.heartbeat.port})"
-        ) from e
+        raise StartupError(f"cannot answer heartbeats: {e.strerror} (--heartbeat-port {port})") from e
     server.start()
-    return book, server
+    return book, server.stop
 
 
 def _stand_by(elector: LeaderElector, host: str, health_port: int, metrics: Metrics) -> bool:
@@ -169,6 +185,15 @@ def _stand_by(elector: LeaderElector, host: str, health_port: int, metrics: Metr
     if leading:
         metrics.leader.set(1)
     return leading
+
+
+def _exit_on_lost_heartbeats(reason: str) -> None:
+    """The answering process died or wedged: nothing grants heartbeats and no fence can be
+    guarded, so this operator stops; a standby (or the restarted pod) answers instead."""
+    log.critical("heartbeats: %s; exiting", reason)
+    logging.shutdown()
+    sys.stderr.flush()
+    os._exit(HEARTBEATS_LOST_EXIT)
 
 
 def _exit_on_lost_leadership(reason: str) -> None:

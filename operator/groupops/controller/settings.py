@@ -111,10 +111,12 @@ class NetworkSettings:
 class HeartbeatSettings:
     """Where this operator answers consumer heartbeats (docs/design.md §7.5): UDP `port` on
     `NetworkSettings.host`; `advertise` is the "host:port" a leader names to replicas that asked
-    a standby (its pod IP in a cluster)."""
+    a standby (its pod IP in a cluster). `own_process`: answer in a process of its own
+    (`controller.heartbeat_process`), not in a thread of the operator's."""
 
     port: int
     advertise: str
+    own_process: bool = True
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:

@@ -1,0 +1,421 @@
+"""Consumer heartbeats answered in a process of their own (docs/design.md §7.5, "the answering
+process").
+
+Why: in the operator's process the answering thread shares the GIL with kopf and the reconcile
+workers; on the load benchmark one process answered about 1,450 heartbeats/s in time next to its
+reconciles, and every late answer costs a replica a Lease write. Here a child process owns the UDP
+socket and a `HeartbeatBook` of its own, so answering competes with the reconciles for a core,
+not for one interpreter.
+
+What crosses between the two processes (three one-way pipes, each message a tuple):
+
+    operator -> answerer   Lease events (a mirror of the operator's Lease cache, sent in the
+                           cache's order), attach/detach of policies, published epochs,
+                           maxPollIntervalSeconds, leadership (the elector's monotonic deadline
+                           and the leader's address), the fence guard's calls
+    answerer -> operator   every 0.1 s: the heartbeats granted (identity, moment), progress, the
+                           answers by kind; and the fence guard's replies, on a pipe of their own
+
+Safety stays where it was: the answerer's book is the one that grants, and `may_fence` asks that
+book, so "granted, then not fenced" or "fenced, then refused" is decided under one lock in one
+process, as before. The operator's `LeaseClock`s learn of grants up to 0.1 s late, which can only
+make the operator judge a replica silent early; the guard then says no (the grant is there). Both
+processes read the same CLOCK_MONOTONIC, so a grant's moment means the same in each. The
+answerer grants only until the elector's deadline it was last told, never later than the operator
+itself would, and it exits when the operator's end of its pipe closes (the operator died): a
+standby's answerer never saw a deadline and answers not-leader.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import multiprocessing
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+from groupops.controller.cache import Listener
+from groupops.controller.heartbeats import HeardProgress, HeartbeatBook, HeartbeatServer, MetricsTally
+from groupops.controller.metrics import Metrics
+from groupops.model import MemberId
+from groupops.planner.handoff import LeaseClock
+
+__all__ = ["HeartbeatProcess", "HeartbeatProcessError"]
+
+log = logging.getLogger(__name__)
+
+REPORT_EVERY_S = 0.1
+"""How often the answerer sends what it granted: the delay before the operator's clocks show a
+grant (which only ever makes a fence guard say no)."""
+
+FENCE_GUARD_TIMEOUT_S = 2.0
+"""An unanswered fence guard does not fence (the safe answer); the answerer is then wedged or
+dead, and the operator exits (`on_lost`)."""
+
+START_TIMEOUT_S = 60.0
+"""Spawning re-imports groupops in the child: seconds on a loaded 2-core machine."""
+
+
+class HeartbeatProcessError(Exception):
+    """The answering process could not start (its socket, or the process itself)."""
+
+
+@dataclass
+class _Reported:
+    """One report of the answerer: grants, progress and answer counts since the last one."""
+
+    heard: list[tuple[str, str, str, float]] = field(default_factory=list)
+    """(namespace, policy, Lease name, monotonic moment of the grant)."""
+    progress: list[tuple[str, str, str, dict[str, float], float]] = field(default_factory=list)
+    """(namespace, Lease name, policy, progress, wall time heard)."""
+    polled: list[tuple[str, str, str, float]] = field(default_factory=list)
+    answered: Counter[str] = field(default_factory=Counter)
+
+    def __bool__(self) -> bool:
+        return bool(self.heard or self.progress or self.polled or self.answered)
+
+
+class HeartbeatProcess:
+    """The operator's side: the calls of `HeartbeatBook` the reconciles make (attach, detach,
+    note_published, note_max_poll_interval, progress_of, may_fence, fence_failed), carried to the
+    answering process; `lease_event` feeds its Lease mirror and `start_leadership` its view of the
+    election."""
+
+    def __init__(self, host: str, port: int, *, metrics: Metrics | None = None) -> None:
+        self._tally = None if metrics is None else MetricsTally(metrics)
+        context = multiprocessing.get_context("spawn")  # no fork of a process full of threads
+        commands_in, self._commands = context.Pipe(duplex=False)
+        self._replies, replies_out = context.Pipe(duplex=False)
+        self._reports, reports_out = context.Pipe(duplex=False)
+        self._process = context.Process(
+            target=_answer,
+            args=(host, port, commands_in, replies_out, reports_out),
+            name="groupops-heartbeats",
+            daemon=True,
+        )
+        self._process.start()
+        for end in (commands_in, replies_out, reports_out):
+            end.close()  # the child holds them now: our copies would hide its death
+        self._send_lock = threading.Lock()
+        self._guard_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._clocks: dict[tuple[str, str], LeaseClock] = {}
+        self._progress: dict[tuple[str, str], HeardProgress] = {}
+        self._stopping = threading.Event()
+        self.on_lost: Callable[[str], None] | None = None
+        """Called once (from a thread of this object) when the answerer dies or wedges."""
+        self.port = self._await_start()
+        self._receiver = threading.Thread(target=self._receive, name="heartbeat-reports", daemon=True)
+        self._receiver.start()
+
+    def _await_start(self) -> int:
+        if not self._replies.poll(START_TIMEOUT_S):
+            self._process.kill()
+            raise HeartbeatProcessError(f"the heartbeat process did not start within {START_TIMEOUT_S:.0f} s")
+        kind, value = self._replies.recv()
+        if kind != "ready":
+            self._process.join(timeout=5)
+            raise HeartbeatProcessError(str(value))
+        return int(value)
+
+    # -- feeding the answerer -----------------------------------------------------------------------
+
+    def _send(self, *message: Any) -> None:
+        with self._send_lock:
+            try:
+                self._commands.send(message)
+            except (BrokenPipeError, OSError) as e:
+                self._lost(f"cannot reach the heartbeat process: {e}")
+
+    def mirror_leases(self, listen: Callable[[Listener], Sequence[dict[str, Any]]]) -> None:
+        """Start the answerer's Lease mirror: `listen(listener)` registers the listener and
+        returns the Leases it does not cover (a list taken with the registration); both go
+        through the send lock, so the mirror sees the cache's order."""
+        with self._send_lock:
+            for lease in listen(self.lease_event):
+                self._commands.send(("lease", "ADDED", _slim(lease)))
+
+    def lease_event(self, event_type: str, lease: dict[str, Any]) -> None:
+        self._send("lease", event_type, _slim(lease))
+
+    def start_leadership(
+        self, deadline: Callable[[], float], leader_address: Callable[[], str | None]
+    ) -> None:
+        """Tell the answerer, every 0.25 s, until when this operator leads (monotonic; it grants
+        only before that) and who leads."""
+
+        def run() -> None:
+            last: tuple[float, str | None] | None = None
+            while not self._stopping.wait(0.25):
+                now = (deadline(), leader_address())
+                if now != last:
+                    self._send("leading", *now)
+                    last = now
+
+        threading.Thread(target=run, name="heartbeat-leadership", daemon=True).start()
+
+    # -- HeartbeatBook's calls ----------------------------------------------------------------------
+
+    def attach(self, namespace: str, policy: str, clock: LeaseClock) -> None:
+        with self._lock:
+            self._clocks[(namespace, policy)] = clock
+        self._send("attach", namespace, policy)
+
+    def detach(self, namespace: str, policy: str, clock: LeaseClock) -> None:
+        with self._lock:
+            if self._clocks.get((namespace, policy)) is not clock:
+                return
+            del self._clocks[(namespace, policy)]
+            gone = [k for k, v in self._progress.items() if k[0] == namespace and v.policy == policy]
+            for key in gone:
+                del self._progress[key]
+        self._send("detach", namespace, policy)
+
+    def note_published(self, namespace: str, policy: str, epoch: int) -> None:
+        self._send("published", namespace, policy, epoch)
+
+    def note_max_poll_interval(self, namespace: str, policy: str, seconds: float) -> None:
+        self._send("max_poll", namespace, policy, seconds)
+
+    def progress_of(self, namespace: str, lease: str) -> HeardProgress | None:
+        with self._lock:
+            return self._progress.get((namespace, lease))
+
+    def may_fence(
+        self,
+        namespace: str,
+        policy: str,
+        lease: str,
+        *,
+        incarnation: str | None,
+        version: str,
+        duration_s: float,
+    ) -> bool:
+        """The answerer's `HeartbeatBook.may_fence`; False (do not fence) when it cannot say."""
+        with self._guard_lock:
+            self._send("may_fence", namespace, policy, lease, incarnation, version, duration_s)
+            try:
+                if self._replies.poll(FENCE_GUARD_TIMEOUT_S):
+                    return bool(self._replies.recv())
+            except (EOFError, OSError):
+                pass
+        self._lost(f"the heartbeat process did not answer a fence guard within {FENCE_GUARD_TIMEOUT_S} s")
+        return False
+
+    def fence_failed(self, namespace: str, lease: str, *, version: str) -> None:
+        self._send("fence_failed", namespace, lease, version)
+
+    # -- reports ------------------------------------------------------------------------------------
+
+    def _receive(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                report: _Reported = self._reports.recv()
+            except (EOFError, OSError):
+                if not self._stopping.is_set():
+                    self._lost(f"the heartbeat process exited (code {self._process.exitcode})")
+                return
+            self._apply(report)
+
+    def _apply(self, report: _Reported) -> None:
+        with self._lock:
+            for namespace, policy, lease, moment in report.heard:
+                clock = self._clocks.get((namespace, policy))
+                if clock is not None:
+                    clock.hear(MemberId(lease), moment)
+            for namespace, lease, policy, progress, heard_at in report.progress:
+                if (namespace, policy) in self._clocks:
+                    self._progress[(namespace, lease)] = HeardProgress(progress, heard_at, policy)
+        if self._tally is not None:
+            for label, count in report.answered.items():
+                self._tally.answered(label, count)
+            for namespace, policy, identity, seconds in report.polled:
+                self._tally.polled(namespace, policy, identity, seconds)
+
+    def _lost(self, reason: str) -> None:
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        log.critical("%s", reason)
+        if self.on_lost is not None:
+            self.on_lost(reason)
+
+    def alive(self) -> bool:
+        return self._process.is_alive()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        with self._send_lock:
+            self._commands.close()  # the answerer exits at end of file
+        self._process.join(timeout=5)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join(timeout=5)
+
+
+def _slim(lease: Mapping[str, Any]) -> dict[str, Any]:
+    """What the answerer reads of a Lease (`HeartbeatBook.answer`, `grant_refusal`)."""
+    meta = lease.get("metadata") or {}
+    return {
+        "metadata": {
+            key: meta[key]
+            for key in ("name", "namespace", "resourceVersion", "labels", "annotations")
+            if key in meta
+        },
+        "spec": dict(lease.get("spec") or {}),
+    }
+
+
+# -- the answering process --------------------------------------------------------------------------
+
+
+class _RecordingClock(LeaseClock):
+    """The answerer's clock of one policy: grants are kept as on any clock, and queued for the
+    operator's clock of the same policy."""
+
+    def __init__(self, key: tuple[str, str], outbox: _Outbox) -> None:
+        super().__init__()
+        self._key = key
+        self._outbox = outbox
+
+    def hear(self, identity: MemberId, now: float) -> None:
+        super().hear(identity, now)
+        self._outbox.heard(self._key, identity, now)
+
+
+class _Outbox:
+    """What the answerer has to report, gathered between two reports (any thread)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._report = _Reported()
+
+    def heard(self, key: tuple[str, str], identity: MemberId, now: float) -> None:
+        with self._lock:
+            self._report.heard.append((key[0], key[1], str(identity), now))
+
+    def answered(self, label: str, count: int = 1) -> None:
+        with self._lock:
+            self._report.answered[label] += count
+
+    def polled(self, namespace: str, policy: str, identity: str, seconds: float) -> None:
+        with self._lock:
+            self._report.polled.append((namespace, policy, identity, seconds))
+
+    def progress(self, namespace: str, lease: str, heard: HeardProgress) -> None:
+        with self._lock:
+            entry = (namespace, lease, heard.policy, dict(heard.progress), heard.heard_at)
+            self._report.progress.append(entry)
+
+    def take(self) -> _Reported:
+        with self._lock:
+            report, self._report = self._report, _Reported()
+            return report
+
+
+class _Answerer:
+    def __init__(self, outbox: _Outbox) -> None:
+        self._lock = threading.Lock()
+        self._leases: dict[tuple[str, str], dict[str, Any]] = {}
+        self._lead_until = -math.inf
+        self._leader_address: str | None = None
+        self._outbox = outbox
+        self.book = HeartbeatBook(
+            leases=self.lease,
+            leading=lambda: time.monotonic() < self._lead_until,
+            leader_address=lambda: self._leader_address,
+            tally=outbox,
+        )
+        self._clocks: dict[tuple[str, str], _RecordingClock] = {}
+
+    def lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            return self._leases.get((namespace, name))
+
+    def handle(self, message: tuple[Any, ...], replies: Connection) -> None:
+        kind, *args = message
+        if kind == "lease":
+            event_type, lease = args
+            meta = lease["metadata"]
+            key = (str(meta.get("namespace") or ""), str(meta.get("name")))
+            with self._lock:
+                if event_type == "DELETED":
+                    self._leases.pop(key, None)
+                else:
+                    self._leases[key] = lease
+        elif kind == "attach":
+            key = (args[0], args[1])
+            clock = _RecordingClock(key, self._outbox)
+            self._clocks[key] = clock
+            self.book.attach(*key, clock)
+        elif kind == "detach":
+            key = (args[0], args[1])
+            if key in self._clocks:
+                self.book.detach(*key, self._clocks.pop(key))
+        elif kind == "published":
+            self.book.note_published(*args)
+        elif kind == "max_poll":
+            self.book.note_max_poll_interval(*args)
+        elif kind == "leading":
+            self._lead_until, self._leader_address = args
+        elif kind == "may_fence":
+            namespace, policy, lease, incarnation, version, duration_s = args
+            replies.send(
+                self.book.may_fence(
+                    namespace, policy, lease, incarnation=incarnation, version=version, duration_s=duration_s
+                )
+            )
+        elif kind == "fence_failed":
+            namespace, lease, version = args
+            self.book.fence_failed(namespace, lease, version=version)
+        else:
+            log.warning("heartbeat process: unknown message %r", kind)
+
+
+def _answer(host: str, port: int, commands: Connection, replies: Connection, reports: Connection) -> None:
+    """The answering process: serve until the operator's end of `commands` closes."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s heartbeats %(levelname)s %(message)s")
+    outbox = _Outbox()
+    answerer = _Answerer(outbox)
+    try:
+        server = HeartbeatServer(answerer.book, host, port, tally=outbox)
+    except OSError as e:
+        replies.send(("error", f"cannot answer heartbeats: {e.strerror} (--heartbeat-port {port})"))
+        return
+    server.start()
+    replies.send(("ready", server.port))
+    stop = threading.Event()
+
+    def report() -> None:
+        sent: dict[tuple[str, str], HeardProgress] = {}
+        while not stop.wait(REPORT_EVERY_S):
+            latest = answerer.book.progress_snapshot()
+            for key, heard in latest.items():
+                if sent.get(key) is not heard:
+                    outbox.progress(key[0], key[1], heard)
+            sent = latest
+            batch = outbox.take()
+            if batch:
+                try:
+                    reports.send(batch)
+                except OSError:
+                    return
+
+    threading.Thread(target=report, name="heartbeat-report", daemon=True).start()
+    try:
+        while True:
+            try:
+                message = commands.recv()
+            except (EOFError, OSError):
+                break  # the operator is gone: grant nothing more
+            answerer.handle(message, replies)
+    finally:
+        stop.set()
+        server.stop()
+        os._exit(0)

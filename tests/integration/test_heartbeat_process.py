@@ -1,0 +1,166 @@
+"""The answering process (controller/heartbeat_process.py, docs/design.md §7.5): a real child
+process and real UDP datagrams, its Lease mirror fed by hand as the operator's watch would.
+
+- a standby's answerer (no leadership deadline yet) names the leader and grants nothing; a
+  deadline in the past grants nothing either;
+- a grant reaches the operator's clock of the policy, with its progress and its count;
+- the fence guard asks the answerer: no fence right after a grant; once silent, a fence is
+  allowed and the holder is refused until the mirror moves past both the version it showed and
+  the one the fence was judged on (the mirror may lag the reconcile's cache);
+- a failed fence lets the holder's heartbeats through again;
+- an answerer that dies is reported once, and the guard then says no (never fence blind).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from groupops.controller.heartbeat_process import HeartbeatProcess
+from groupops.controller.metrics import Metrics
+from groupops.controller.names import LABEL_POLICY
+from groupops.model import MemberId
+from groupops.planner.handoff import LeaseClock
+from groupops.planner.liveness import (
+    Heartbeat,
+    HeartbeatAnswer,
+    HeartbeatStatus,
+    decode_answer,
+    encode_heartbeat,
+)
+from groupops.planner.plan_format import LeaseRecord, lease_record_annotations
+from tests.e2e.waiting import wait_for
+
+pytestmark = pytest.mark.integration
+
+NS, POLICY, LEASE = "team", "orders", "orders-worker-0"
+DURATION_S = 1
+
+
+def lease(version: str, incarnation: str = "p1") -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": LEASE,
+            "namespace": NS,
+            "resourceVersion": version,
+            "labels": {LABEL_POLICY: POLICY},
+            "annotations": lease_record_annotations(
+                LeaseRecord(incarnation=incarnation, heartbeats=True), "w"
+            ),
+        },
+        "spec": {"holderIdentity": "worker-0", "leaseDurationSeconds": DURATION_S},
+    }
+
+
+class Replica:
+    def __init__(self, port: int) -> None:
+        self.socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.socket.settimeout(2.0)
+        self.address = ("127.0.0.1", port)
+        self.seq = 0
+
+    def beat(self, incarnation: str = "p1", progress: dict[str, float] | None = None) -> HeartbeatAnswer:
+        self.seq += 1
+        heartbeat = Heartbeat(
+            namespace=NS, lease=LEASE, incarnation=incarnation, seq=self.seq, progress=progress or {}
+        )
+        self.socket.sendto(encode_heartbeat(heartbeat), self.address)
+        while True:
+            answer = decode_answer(self.socket.recv(2048))
+            if answer.seq == self.seq:
+                return answer
+
+
+@pytest.fixture
+def answerer() -> Iterator[tuple[HeartbeatProcess, Metrics]]:
+    metrics = Metrics()
+    process = HeartbeatProcess("127.0.0.1", 0, metrics=metrics)
+    yield process, metrics
+    process.stop()
+
+
+@pytest.fixture
+def replica(answerer: tuple[HeartbeatProcess, Metrics]) -> Iterator[Replica]:
+    replica = Replica(answerer[0].port)
+    yield replica
+    replica.socket.close()
+
+
+def granted_count(metrics: Metrics) -> float:
+    return (
+        metrics.registry.get_sample_value("groupops_operator_heartbeats_total", {"answer": "granted"}) or 0.0
+    )
+
+
+def test_a_standby_or_an_expired_leader_grants_nothing(
+    answerer: tuple[HeartbeatProcess, Metrics], replica: Replica
+) -> None:
+    process, _ = answerer
+    process.lease_event("ADDED", lease("1"))
+    process.attach(NS, POLICY, LeaseClock())
+    assert replica.beat().status is HeartbeatStatus.NOT_LEADER
+    process.start_leadership(lambda: time.monotonic() - 1.0, lambda: "10.0.0.9:7946")
+    time.sleep(0.6)
+    answer = replica.beat()
+    assert answer.status is HeartbeatStatus.NOT_LEADER and answer.leader == "10.0.0.9:7946"
+
+
+def test_a_grant_reaches_the_operators_clock_with_progress_and_count(
+    answerer: tuple[HeartbeatProcess, Metrics], replica: Replica
+) -> None:
+    process, metrics = answerer
+    clock = LeaseClock()
+    process.lease_event("ADDED", lease("1"))
+    process.attach(NS, POLICY, clock)
+    process.start_leadership(lambda: math.inf, lambda: None)
+    wait_for("a grant", lambda: replica.beat().status is HeartbeatStatus.GRANTED, 5, interval=0.1)
+    sent = time.monotonic()
+    answer = replica.beat(progress={"poll": 0.4})
+    assert answer.status is HeartbeatStatus.GRANTED and answer.valid == pytest.approx(0.75 * DURATION_S)
+    wait_for("the grant on the operator's clock", lambda: (clock.heard_at(MemberId(LEASE)) or 0) >= sent, 2)
+    heard = wait_for("the progress", lambda: process.progress_of(NS, LEASE), 2)
+    assert heard.progress == {"poll": 0.4} and heard.policy == POLICY
+    wait_for("the count", lambda: granted_count(metrics) >= 2, 2)
+    poll = {"namespace": NS, "policy": POLICY, "identity": "worker-0"}
+    assert metrics.registry.get_sample_value("groupops_member_seconds_since_poll", poll) == 0.4
+
+
+def test_the_fence_guard_is_decided_by_the_answerer_and_holds_across_a_lagging_mirror(
+    answerer: tuple[HeartbeatProcess, Metrics], replica: Replica
+) -> None:
+    process, _ = answerer
+    process.lease_event("ADDED", lease("5"))
+    process.attach(NS, POLICY, LeaseClock())
+    process.start_leadership(lambda: math.inf, lambda: None)
+    wait_for("a grant", lambda: replica.beat().status is HeartbeatStatus.GRANTED, 5, interval=0.1)
+    guard = {"incarnation": "p1", "duration_s": DURATION_S}
+    assert not process.may_fence(NS, POLICY, LEASE, version="6", **guard), "heard just now: alive"
+    time.sleep(DURATION_S + 0.1)
+    # The reconcile judged version 6; the mirror still shows 5 (its watch event is on the way).
+    assert process.may_fence(NS, POLICY, LEASE, version="6", **guard)
+    assert replica.beat().status is HeartbeatStatus.REFUSED, "refused while the mirror shows 5"
+    process.lease_event("MODIFIED", lease("6"))
+    assert replica.beat().status is HeartbeatStatus.REFUSED, "and while it shows the judged 6"
+    process.fence_failed(NS, LEASE, version="6")
+    assert replica.beat().status is HeartbeatStatus.GRANTED, "a fence that did not land refuses nothing"
+
+
+def test_a_dead_answerer_is_reported_once_and_the_guard_never_fences_blind(
+    answerer: tuple[HeartbeatProcess, Metrics],
+) -> None:
+    process, _ = answerer
+    lost: list[str] = []
+    process.on_lost = lost.append
+    pid = process._process.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    wait_for("the loss reported", lambda: lost, 5)
+    assert not process.may_fence(NS, POLICY, LEASE, incarnation="p1", version="1", duration_s=DURATION_S)
+    assert len(lost) == 1 and "exited" in lost[0]
