@@ -24,7 +24,8 @@ Environment (flags of `groupops consume` override the same names):
     GROUPOPS_ON_ERROR_ACTION (stop | skip | deadLetter), GROUPOPS_DEAD_LETTER_TOPIC
                                 what a callback that keeps raising does (consumer/failures.py)
     GROUPOPS_PLAN_CONFIGMAP, GROUPOPS_LEASE_NAME               default: derived from the policy
-    GROUPOPS_LEASE_DURATION_SECONDS (10), GROUPOPS_RENEW_INTERVAL_SECONDS (1),
+    GROUPOPS_LEASE_DURATION_SECONDS (4), GROUPOPS_RENEW_INTERVAL_SECONDS (1, and a quarter of a
+                                duration below 4 s: a 2 s Lease renews or beats every 0.5 s),
     GROUPOPS_RENEW_DEADLINE_SECONDS (3/4 of the duration), GROUPOPS_COMMIT_INTERVAL_SECONDS (1),
     GROUPOPS_BATCH_SIZE (100), GROUPOPS_PROCESSOR (module:callable), GROUPOPS_RECORD_DIR
     GROUPOPS_MAX_POLL_INTERVAL_SECONDS  (300, 5..86400) a replica making no progress this long is
@@ -255,7 +256,9 @@ class RuntimeSettings:
         policy = _required(source, "GROUPOPS_POLICY")
         identity = _required(source, "GROUPOPS_IDENTITY")
         duration = _int(source, "GROUPOPS_LEASE_DURATION_SECONDS", DEFAULT_LEASE_DURATION_S)
-        renew_interval = _float(source, "GROUPOPS_RENEW_INTERVAL_SECONDS", 1.0)
+        # A quarter of a short Lease: a grant or a renewal is valid for 3/4 of the duration, so one
+        # lost heartbeat plus its fallback write must fit in it (benchmarks/RESULTS.md, "Liveness").
+        renew_interval = _float(source, "GROUPOPS_RENEW_INTERVAL_SECONDS", min(1.0, duration / 4))
         lease = LeaseSettings(
             duration_s=duration,
             renew_interval_s=renew_interval,

@@ -138,6 +138,9 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
         return info
 
     pool = ThreadPoolExecutor(max_workers=settings.reconcile.workers, thread_name_prefix="reconcile")
+    urgent_pool = ThreadPoolExecutor(
+        max_workers=settings.reconcile.urgent_workers, thread_name_prefix="reconcile-urgent"
+    )
     loops: dict[tuple[str, str], _PolicyLoop] = {}
     """The loop of every policy the operator knows, for the watches to reach."""
 
@@ -194,13 +197,13 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
                 now = time.monotonic()
                 if entry.stopped.is_set():
                     break
-                if not (
-                    woken
-                    or now >= next_tick
-                    or expiry_due(now=now, clock=memory.clock, judged_until=judged_until)
-                ):
+                urgent = woken or expiry_due(now=now, clock=memory.clock, judged_until=judged_until)
+                if not (urgent or now >= next_tick):
                     continue  # the Lease we woke for was renewed meanwhile
-                delay = await loop.run_in_executor(pool, run_in_loop, entry.body, memory)
+                # A run something woke (a Lease changed or expired, the spec changed) skips the
+                # queue of the tick's routine runs: failover must not wait for them (§8.3).
+                lane = urgent_pool if urgent else pool
+                delay = await loop.run_in_executor(lane, run_in_loop, entry.body, memory)
                 judged_until = now
                 next_tick = time.monotonic() + (delay if delay is not None else tick)
         finally:

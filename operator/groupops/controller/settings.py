@@ -48,6 +48,9 @@ class ReconcileSettings:
     (benchmarks/RESULTS.md "Operator at scale"); beyond that, raise the tick. Failover and
     handoffs do not wait for the tick (Lease watch).
     workers: reconciles running at once (threads; each mostly waits on the API server).
+    urgent_workers: more threads, only for the runs something woke (a Lease changed or expired, the
+    spec changed, a late lag read landed): failover and handoff steps do not queue behind the
+    tick's routine runs when the operator is saturated (docs/design.md §8.3).
     retry_backoff_seconds / retry_backoff_max_seconds: the first delay after a transient failure
     (lag source down, API conflict) and its cap; the delay doubles per attempt.
     lease_duration_seconds: how long a consumer's Lease lives without renewal before the operator
@@ -68,6 +71,7 @@ class ReconcileSettings:
     lag_timeout_seconds: float = 10.0
     startup_grace_seconds: float = 30.0
     workers: int = 16
+    urgent_workers: int = 4
 
     def backoff(self, attempt: int) -> float:
         """Delay before retry number `attempt` (1-based): doubling from the base, capped."""

@@ -26,6 +26,21 @@ POD_ENV = {
 }
 
 
+@pytest.mark.parametrize(
+    ("duration", "interval", "expected"),
+    [("4", None, 1.0), ("8", None, 1.0), ("2", None, 0.5), ("1", None, 0.25), ("2", "0.3", 0.3)],
+)
+def test_a_short_lease_renews_or_beats_four_times_per_duration(
+    duration: str, interval: str | None, expected: float
+) -> None:
+    env = {**POD_ENV, "GROUPOPS_LEASE_DURATION_SECONDS": duration}
+    if interval is not None:
+        env["GROUPOPS_RENEW_INTERVAL_SECONDS"] = interval
+    lease = RuntimeSettings.from_env(env).lease
+    assert lease.renew_interval_s == expected
+    assert lease.renew_interval_s < lease.renew_deadline_s == 0.75 * int(duration)
+
+
 def test_the_operators_pod_environment_is_read_whole() -> None:
     settings = RuntimeSettings.from_env(POD_ENV)
     assert settings.identity == "orders-processor-0"
@@ -96,7 +111,9 @@ def test_secret_kafka_properties_come_from_the_mounted_files(tmp_path: Path) -> 
             {"GROUPOPS_LEASE_DURATION_SECONDS": "soon"}, "GROUPOPS_LEASE_DURATION_SECONDS", id="not a number"
         ),
         pytest.param(
-            {"GROUPOPS_LEASE_DURATION_SECONDS": "1"}, "GROUPOPS_RENEW_DEADLINE_SECONDS", id="lease too short"
+            {"GROUPOPS_LEASE_DURATION_SECONDS": "2", "GROUPOPS_RENEW_INTERVAL_SECONDS": "1.5"},
+            "GROUPOPS_RENEW_DEADLINE_SECONDS",
+            id="interval past the deadline",
         ),
         pytest.param(
             {"GROUPOPS_KAFKA_PROPERTIES": "[1]"}, "GROUPOPS_KAFKA_PROPERTIES", id="properties not an object"
