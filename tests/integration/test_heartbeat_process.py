@@ -8,7 +8,8 @@ process and real UDP datagrams, its Lease mirror fed by hand as the operator's w
   allowed and the holder is refused until the mirror moves past both the version it showed and
   the one the fence was judged on (the mirror may lag the reconcile's cache);
 - a failed fence lets the holder's heartbeats through again;
-- an answerer that dies is reported once, and the guard then says no (never fence blind).
+- an answerer that dies is reported once, and the guard then says no (never fence blind);
+- a port already taken fails the start with an error that names it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from groupops.controller.heartbeat_process import HeartbeatProcess
+from groupops.controller.heartbeat_process import HeartbeatProcess, HeartbeatProcessError
 from groupops.controller.metrics import Metrics
 from groupops.controller.names import LABEL_POLICY
 from groupops.model import MemberId
@@ -107,9 +108,10 @@ def test_a_standby_or_an_expired_leader_grants_nothing(
     process.attach(NS, POLICY, LeaseClock())
     assert replica.beat().status is HeartbeatStatus.NOT_LEADER
     process.start_leadership(lambda: time.monotonic() - 1.0, lambda: "10.0.0.9:7946")
-    time.sleep(0.6)
-    answer = replica.beat()
+    answer = wait_for("the leader named", lambda: (a := replica.beat()).leader and a, 5, interval=0.1)
     assert answer.status is HeartbeatStatus.NOT_LEADER and answer.leader == "10.0.0.9:7946"
+    time.sleep(0.6)  # several deadlines pushed since, every one of them past
+    assert replica.beat().status is HeartbeatStatus.NOT_LEADER
 
 
 def test_a_grant_reaches_the_operators_clock_with_progress_and_count(
@@ -140,16 +142,21 @@ def test_the_fence_guard_is_decided_by_the_answerer_and_holds_across_a_lagging_m
     process.attach(NS, POLICY, LeaseClock())
     process.start_leadership(lambda: math.inf, lambda: None)
     wait_for("a grant", lambda: replica.beat().status is HeartbeatStatus.GRANTED, 5, interval=0.1)
-    guard = {"incarnation": "p1", "duration_s": DURATION_S}
-    assert not process.may_fence(NS, POLICY, LEASE, version="6", **guard), "heard just now: alive"
+
+    def guard(version: str) -> bool:
+        return process.may_fence(NS, POLICY, LEASE, incarnation="p1", version=version, duration_s=DURATION_S)
+
+    assert not guard("6"), "heard just now: alive"
     time.sleep(DURATION_S + 0.1)
     # The reconcile judged version 6; the mirror still shows 5 (its watch event is on the way).
-    assert process.may_fence(NS, POLICY, LEASE, version="6", **guard)
+    assert guard("6")
     assert replica.beat().status is HeartbeatStatus.REFUSED, "refused while the mirror shows 5"
     process.lease_event("MODIFIED", lease("6"))
     assert replica.beat().status is HeartbeatStatus.REFUSED, "and while it shows the judged 6"
     process.fence_failed(NS, LEASE, version="6")
-    assert replica.beat().status is HeartbeatStatus.GRANTED, "a fence that did not land refuses nothing"
+    # A command on the pipe, not an answer on the socket: the next grant follows it shortly.
+    granted = lambda: replica.beat().status is HeartbeatStatus.GRANTED  # noqa: E731
+    wait_for("a grant once the fence did not land", granted, 5, interval=0.1)
 
 
 def test_a_dead_answerer_is_reported_once_and_the_guard_never_fences_blind(
@@ -164,3 +171,14 @@ def test_a_dead_answerer_is_reported_once_and_the_guard_never_fences_blind(
     wait_for("the loss reported", lambda: lost, 5)
     assert not process.may_fence(NS, POLICY, LEASE, incarnation="p1", version="1", duration_s=DURATION_S)
     assert len(lost) == 1 and "exited" in lost[0]
+
+
+def test_a_taken_port_is_a_startup_error_that_names_it() -> None:
+    taken = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    taken.bind(("127.0.0.1", 0))
+    port = taken.getsockname()[1]
+    try:
+        with pytest.raises(HeartbeatProcessError, match=f"--heartbeat-port {port}"):
+            HeartbeatProcess("127.0.0.1", port)
+    finally:
+        taken.close()

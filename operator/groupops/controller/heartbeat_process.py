@@ -118,7 +118,14 @@ class HeartbeatProcess:
         if not self._replies.poll(START_TIMEOUT_S):
             self._process.kill()
             raise HeartbeatProcessError(f"the heartbeat process did not start within {START_TIMEOUT_S:.0f} s")
-        kind, value = self._replies.recv()
+        try:
+            kind, value = self._replies.recv()
+        except (EOFError, OSError):
+            self._process.join(timeout=5)
+            raise HeartbeatProcessError(
+                f"the heartbeat process exited as it started (code {self._process.exitcode}); its "
+                "error is above in this log"
+            ) from None
         if kind != "ready":
             self._process.join(timeout=5)
             raise HeartbeatProcessError(str(value))
