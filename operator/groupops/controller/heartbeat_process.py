@@ -68,17 +68,16 @@ class HeartbeatProcessError(Exception):
 
 @dataclass
 class _Reported:
-    """One report of the answerer: grants, progress and answer counts since the last one."""
+    """One report of the answerer: what changed since the last one, the latest of each only."""
 
-    heard: list[tuple[str, str, str, float]] = field(default_factory=list)
-    """(namespace, policy, Lease name, monotonic moment of the grant)."""
-    progress: list[tuple[str, str, str, dict[str, float], float]] = field(default_factory=list)
-    """(namespace, Lease name, policy, progress, wall time heard)."""
-    polled: list[tuple[str, str, str, float]] = field(default_factory=list)
+    heard: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    """(namespace, policy, Lease name) -> monotonic moment of the last grant."""
+    progress: dict[tuple[str, str], tuple[str, HeardProgress]] = field(default_factory=dict)
+    """(namespace, Lease name) -> (holder identity, the last progress heard)."""
     answered: Counter[str] = field(default_factory=Counter)
 
     def __bool__(self) -> bool:
-        return bool(self.heard or self.progress or self.polled or self.answered)
+        return bool(self.heard or self.progress or self.answered)
 
 
 class HeartbeatProcess:
@@ -232,18 +231,22 @@ class HeartbeatProcess:
 
     def _apply(self, report: _Reported) -> None:
         with self._lock:
-            for namespace, policy, lease, moment in report.heard:
+            for (namespace, policy, lease), moment in report.heard.items():
                 clock = self._clocks.get((namespace, policy))
                 if clock is not None:
                     clock.hear(MemberId(lease), moment)
-            for namespace, lease, policy, progress, heard_at in report.progress:
-                if (namespace, policy) in self._clocks:
-                    self._progress[(namespace, lease)] = HeardProgress(progress, heard_at, policy)
+            progressed = [
+                (key, identity, heard)
+                for key, (identity, heard) in report.progress.items()
+                if (key[0], heard.policy) in self._clocks
+            ]
+            for key, _, heard in progressed:
+                self._progress[key] = heard
         if self._tally is not None:
             for label, count in report.answered.items():
                 self._tally.answered(label, count)
-            for namespace, policy, identity, seconds in report.polled:
-                self._tally.polled(namespace, policy, identity, seconds)
+            for (namespace, lease), identity, heard in progressed:
+                self._tally.progressed(namespace, lease, identity, heard)
 
     def _lost(self, reason: str) -> None:
         if self._stopping.is_set():
@@ -305,20 +308,15 @@ class _Outbox:
 
     def heard(self, key: tuple[str, str], identity: MemberId, now: float) -> None:
         with self._lock:
-            self._report.heard.append((key[0], key[1], str(identity), now))
+            self._report.heard[(key[0], key[1], str(identity))] = now
 
     def answered(self, label: str, count: int = 1) -> None:
         with self._lock:
             self._report.answered[label] += count
 
-    def polled(self, namespace: str, policy: str, identity: str, seconds: float) -> None:
+    def progressed(self, namespace: str, lease: str, identity: str, heard: HeardProgress) -> None:
         with self._lock:
-            self._report.polled.append((namespace, policy, identity, seconds))
-
-    def progress(self, namespace: str, lease: str, heard: HeardProgress) -> None:
-        with self._lock:
-            entry = (namespace, lease, heard.policy, dict(heard.progress), heard.heard_at)
-            self._report.progress.append(entry)
+            self._report.progress[(namespace, lease)] = (identity, heard)
 
     def take(self) -> _Reported:
         with self._lock:
@@ -400,13 +398,7 @@ def _answer(host: str, port: int, commands: Connection, replies: Connection, rep
     stop = threading.Event()
 
     def report() -> None:
-        sent: dict[tuple[str, str], HeardProgress] = {}
         while not stop.wait(REPORT_EVERY_S):
-            latest = answerer.book.progress_snapshot()
-            for key, heard in latest.items():
-                if sent.get(key) is not heard:
-                    outbox.progress(key[0], key[1], heard)
-            sent = latest
             batch = outbox.take()
             if batch:
                 try:

@@ -103,8 +103,8 @@ class HeartbeatTally(Protocol):
     def answered(self, label: str, count: int = 1) -> None:
         """Heartbeats answered (granted, refused, refused-stuck, not-leader) or malformed."""
 
-    def polled(self, namespace: str, policy: str, identity: str, seconds: float) -> None:
-        """A replica reported its loop last polled `seconds` ago."""
+    def progressed(self, namespace: str, lease: str, identity: str, heard: HeardProgress) -> None:
+        """The replica of `lease` (holder `identity`) reported its progress."""
 
 
 class HeartbeatGuard(Protocol):
@@ -142,8 +142,10 @@ class MetricsTally:
     def answered(self, label: str, count: int = 1) -> None:
         self._metrics.heartbeats.labels(label).inc(count)
 
-    def polled(self, namespace: str, policy: str, identity: str, seconds: float) -> None:
-        self._metrics.member_seconds_since_poll.labels(namespace, policy, identity).set(seconds)
+    def progressed(self, namespace: str, lease: str, identity: str, heard: HeardProgress) -> None:
+        poll = heard.progress.get("poll")
+        if poll is not None:
+            self._metrics.member_seconds_since_poll.labels(namespace, heard.policy, identity).set(poll)
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,11 +218,6 @@ class HeartbeatBook:
     def progress_of(self, namespace: str, lease: str) -> HeardProgress | None:
         """What the replica of `lease` last reported, None when it never reported progress."""
         return self._progress.get((namespace, lease))
-
-    def progress_snapshot(self) -> dict[tuple[str, str], HeardProgress]:
-        """Every replica's last report, by (namespace, Lease name)."""
-        with self._lock:
-            return dict(self._progress)
 
     # -- the fence guard ----------------------------------------------------------------------------
 
@@ -313,12 +310,10 @@ class HeartbeatBook:
         return self._answer(heartbeat, HeartbeatStatus.GRANTED, valid=GRANT_FRACTION * duration)
 
     def _note_progress(self, heartbeat: Heartbeat, policy: str, identity: str) -> None:
-        self._progress[(heartbeat.namespace, heartbeat.lease)] = HeardProgress(
-            dict(heartbeat.progress), self._wall(), policy
-        )
-        poll = heartbeat.progress.get("poll")
-        if self._tally is not None and poll is not None:
-            self._tally.polled(heartbeat.namespace, policy, identity, poll)
+        heard = HeardProgress(dict(heartbeat.progress), self._wall(), policy)
+        self._progress[(heartbeat.namespace, heartbeat.lease)] = heard
+        if self._tally is not None:
+            self._tally.progressed(heartbeat.namespace, heartbeat.lease, identity, heard)
 
     def _answer(
         self,
