@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Mapping
@@ -42,6 +43,7 @@ import kopf
 from groupops.controller.cache import Listener
 from groupops.controller.conflicts import PolicyKey, WakeListener
 from groupops.controller.identities import observe_lease
+from groupops.controller.lanes import Lanes
 from groupops.controller.names import API_GROUP, API_VERSION, LABEL_POLICY, PLURAL, owned_selector
 from groupops.controller.reconcile import Deps, PolicyMemory, ReconcileFailure, reconcile
 from groupops.controller.wakeup import expiry_due, next_wake
@@ -141,6 +143,7 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
     urgent_pool = ThreadPoolExecutor(
         max_workers=settings.reconcile.urgent_workers, thread_name_prefix="reconcile-urgent"
     )
+    lanes = Lanes(routine=pool, urgent=urgent_pool)
     loops: dict[tuple[str, str], _PolicyLoop] = {}
     """The loop of every policy the operator knows, for the watches to reach."""
 
@@ -193,7 +196,7 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
                 wake_at = next_wake(
                     now=time.monotonic(), next_tick=next_tick, clock=memory.clock, judged_until=judged_until
                 )
-                woken = await memory.wakeup.wait_until(wake_at, interrupt=stopping)
+                woken = await memory.wakeup.wait_until(wake_at, interrupts=(stopping,))
                 now = time.monotonic()
                 if entry.stopped.is_set():
                     break
@@ -201,11 +204,18 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
                 if not (urgent or now >= next_tick):
                     continue  # the Lease we woke for was renewed meanwhile
                 # A run something woke (a Lease changed or expired, the spec changed) skips the
-                # queue of the tick's routine runs: failover must not wait for them (§8.3).
-                lane = urgent_pool if urgent else pool
-                delay = await loop.run_in_executor(lane, run_in_loop, entry.body, memory)
-                judged_until = now
-                next_tick = time.monotonic() + (delay if delay is not None else tick)
+                # queue of the tick's routine runs, and so does a routine run still queued when
+                # such a thing comes: failover must not wait for the tick (§8.3).
+                run = functools.partial(run_in_loop, entry.body, memory)
+                ran = await (
+                    lanes.run_urgent(run)
+                    if urgent
+                    else lanes.run_routine(run, wakeup=memory.wakeup, clock=memory.clock, stopping=stopping)
+                )
+                if ran is None:
+                    break  # stopped before it ran
+                judged_until = ran.started
+                next_tick = time.monotonic() + (ran.result if ran.result is not None else tick)
         finally:
             stopping.cancel()
             if deps.heartbeats is not None:

@@ -17,8 +17,9 @@ The watch that feeds this runs in kopf's event loop; `Wakeup` is only touched fr
 from __future__ import annotations
 
 import asyncio
+import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,13 +85,13 @@ class Wakeup:
     def poke(self) -> None:
         self.event.set()
 
-    async def wait_until(self, moment: float, *, interrupt: asyncio.Future[Any] | None = None) -> bool:
-        """Sleep until the monotonic `moment`, a wake-up, or `interrupt` completing (the daemon
-        being stopped), whichever is first; True if woken. A wake-up that came while the loop
-        was busy is not lost: it ends the next wait at once."""
-        timeout = max(0.0, moment - time.monotonic())
+    async def wait_until(self, moment: float, *, interrupts: Iterable[asyncio.Future[Any]] = ()) -> bool:
+        """Sleep until the monotonic `moment` (inf: no limit), a wake-up, or one of `interrupts`
+        completing (the daemon being stopped, a run finishing), whichever is first; True if woken.
+        A wake-up that came while the loop was busy is not lost: it ends the next wait at once."""
+        timeout = None if math.isinf(moment) else max(0.0, moment - time.monotonic())
         waiter = asyncio.ensure_future(self.event.wait())
-        pending = {waiter} if interrupt is None else {waiter, interrupt}
+        pending = {waiter, *interrupts}
         done, _ = await asyncio.wait(pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         if waiter not in done:
             waiter.cancel()

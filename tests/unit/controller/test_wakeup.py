@@ -76,7 +76,7 @@ def test_a_stop_ends_the_wait_at_once_without_counting_as_a_wake() -> None:
         stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         asyncio.get_running_loop().call_soon(stop.set_result, None)
         started = time.monotonic()
-        woken = await wakeup.wait_until(started + 30.0, interrupt=stop)
+        woken = await wakeup.wait_until(started + 30.0, interrupts=(stop,))
         return woken, time.monotonic() - started
 
     woken, waited = asyncio.run(scenario())

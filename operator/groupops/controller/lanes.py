@@ -1,0 +1,97 @@
+"""Which workers run a policy's reconcile: the tick's routine lane or the lane for woken runs.
+
+A routine run (the tick came) waits in the routine lane's queue behind the tick's other runs. If
+something the policy must answer at once comes while it still waits there (a wake-up: a Lease
+changed, the spec changed, a late lag read; or a held Lease runs out by the policy's clock), the
+queued run is taken out of the queue and run in the urgent lane instead (docs/design.md §8.3). A
+run that already started is left to finish; a wake-up it may have missed is re-armed, and an
+expiry after its start is judged by the policy's loop from the start moment it returns.
+
+Everything here runs in the policy loop's event loop, like `Wakeup`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from groupops.controller.wakeup import Wakeup, expiry_due, next_wake
+from groupops.planner.handoff import LeaseClock
+
+__all__ = ["Lanes", "Ran"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Ran(Generic[T]):
+    """What a run returned, the monotonic moment it started, and whether it was promoted out of
+    the routine queue into the urgent lane."""
+
+    result: T
+    started: float
+    promoted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Lanes:
+    routine: Executor
+    urgent: Executor
+
+    async def run_urgent(self, call: Callable[[], T]) -> Ran[T]:
+        return await _run_in(self.urgent, call, promoted=False)
+
+    async def run_routine(
+        self,
+        call: Callable[[], T],
+        *,
+        wakeup: Wakeup,
+        clock: LeaseClock,
+        stopping: asyncio.Future[Any],
+    ) -> Ran[T] | None:
+        """Run `call` in the routine lane, or in the urgent lane when a wake-up or an expiry comes
+        before it starts. None when `stopping` completed while it was still queued (it never ran)."""
+        queued_at = time.monotonic()
+        started_at: list[float] = []
+
+        def timed() -> T:
+            started_at.append(time.monotonic())
+            return call()
+
+        queued = self.routine.submit(timed)
+        finished = asyncio.wrap_future(queued)
+        while not finished.done():
+            now = time.monotonic()
+            expiry = next_wake(now=now, next_tick=math.inf, clock=clock, judged_until=queued_at)
+            woken = await wakeup.wait_until(expiry, interrupts=(finished, stopping))
+            if finished.done():
+                if woken:
+                    wakeup.poke()  # the run may have read what changed before it changed
+                break
+            if stopping.done():
+                if queued.cancel():
+                    return None
+                break  # it runs: let it finish
+            if not (woken or expiry_due(now=time.monotonic(), clock=clock, judged_until=queued_at)):
+                continue  # the Lease we woke for was renewed meanwhile
+            if queued.cancel():
+                return await _run_in(self.urgent, call, promoted=True)
+            if woken:
+                wakeup.poke()
+            break  # it already runs: the loop judges what came after its start
+        result = await finished
+        return Ran(result, started_at[0])
+
+
+async def _run_in(executor: Executor, call: Callable[[], T], *, promoted: bool) -> Ran[T]:
+    def timed() -> tuple[T, float]:
+        started = time.monotonic()
+        return call(), started
+
+    result, started = await asyncio.get_running_loop().run_in_executor(executor, timed)
+    return Ran(result, started, promoted)

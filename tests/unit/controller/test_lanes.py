@@ -1,0 +1,168 @@
+"""A routine run still queued behind the tick's other runs is promoted to the urgent lane when a
+wake-up or an expiry comes first; one that already started is left to finish (docs/design.md §8.3).
+
+Real thread pools: the routine lane is held busy by a run that waits on an event."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from groupops.controller.lanes import Lanes, Ran
+from groupops.controller.wakeup import Wakeup
+from groupops.model import MemberId
+from groupops.planner.handoff import LeaseClock
+
+_WAIT_S = 10.0
+
+
+@pytest.fixture
+def lanes() -> Iterator[Lanes]:
+    routine = ThreadPoolExecutor(max_workers=1, thread_name_prefix="routine")
+    urgent = ThreadPoolExecutor(max_workers=1, thread_name_prefix="urgent")
+    yield Lanes(routine=routine, urgent=urgent)
+    routine.shutdown(wait=True, cancel_futures=True)
+    urgent.shutdown(wait=True, cancel_futures=True)
+
+
+def thread_name() -> str:
+    return threading.current_thread().name
+
+
+def hold(lanes: Lanes) -> threading.Event:
+    """Occupy the routine lane's only worker until the returned event is set."""
+    release = threading.Event()
+    lanes.routine.submit(release.wait, _WAIT_S)
+    return release
+
+
+def run_scenario(scenario: Callable[[asyncio.Future[Any]], Awaitable[Any]]) -> Any:
+    async def main() -> Any:
+        stopping: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        return await asyncio.wait_for(scenario(stopping), timeout=_WAIT_S)
+
+    return asyncio.run(main())
+
+
+def test_a_free_routine_lane_runs_the_call_there(lanes: Lanes) -> None:
+    async def scenario(stopping: asyncio.Future[Any]) -> Ran[str] | None:
+        return await lanes.run_routine(thread_name, wakeup=Wakeup(), clock=LeaseClock(), stopping=stopping)
+
+    ran = run_scenario(scenario)
+    assert ran is not None
+    assert ran.result.startswith("routine") and not ran.promoted
+
+
+def test_a_wake_up_takes_a_queued_run_to_the_urgent_lane(lanes: Lanes) -> None:
+    release = hold(lanes)
+    wakeup = Wakeup()
+    calls: list[str] = []
+
+    def call() -> str:
+        calls.append(thread_name())
+        return calls[-1]
+
+    async def scenario(stopping: asyncio.Future[Any]) -> Ran[str] | None:
+        asyncio.get_running_loop().call_later(0.05, wakeup.poke)
+        return await lanes.run_routine(call, wakeup=wakeup, clock=LeaseClock(), stopping=stopping)
+
+    try:
+        ran = run_scenario(scenario)
+    finally:
+        release.set()
+    lanes.routine.shutdown(wait=True)
+    assert ran is not None and ran.promoted
+    assert calls == [ran.result] and ran.result.startswith("urgent")  # ran once, not again when freed
+    assert not wakeup.event.is_set()  # the promoted run is the answer to the wake-up
+
+
+def test_an_expiry_takes_a_queued_run_to_the_urgent_lane(lanes: Lanes) -> None:
+    release = hold(lanes)
+    clock = LeaseClock()
+    # held Lease last seen now, 0.2 s lifetime: it runs out while the run waits in the queue
+    clock.observe(MemberId("orders-0"), "v1", time.monotonic(), lifetime=0.2)
+
+    async def scenario(stopping: asyncio.Future[Any]) -> Ran[str] | None:
+        return await lanes.run_routine(thread_name, wakeup=Wakeup(), clock=clock, stopping=stopping)
+
+    started = time.monotonic()
+    try:
+        ran = run_scenario(scenario)
+    finally:
+        release.set()
+    assert ran is not None and ran.promoted and ran.result.startswith("urgent")
+    assert ran.started >= started + 0.2  # not before the expiry
+
+
+def test_a_renewal_before_the_expiry_keeps_the_run_in_its_queue(lanes: Lanes) -> None:
+    release = hold(lanes)
+    clock = LeaseClock()
+    member = MemberId("orders-0")
+    clock.observe(member, "v1", time.monotonic(), lifetime=0.3)
+
+    async def scenario(stopping: asyncio.Future[Any]) -> Ran[str] | None:
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.1, lambda: clock.hear(member, time.monotonic()))  # expiry moves to 0.4 s
+        loop.call_later(0.35, release.set)  # the queue frees up before the new expiry
+        return await lanes.run_routine(thread_name, wakeup=Wakeup(), clock=clock, stopping=stopping)
+
+    ran = run_scenario(scenario)
+    assert ran is not None and not ran.promoted and ran.result.startswith("routine")
+
+
+def test_a_wake_up_during_a_started_run_is_left_for_the_next_turn(lanes: Lanes) -> None:
+    wakeup = Wakeup()
+    running = threading.Event()
+    finish = threading.Event()
+    calls: list[str] = []
+
+    def call() -> str:
+        calls.append(thread_name())
+        running.set()
+        finish.wait(_WAIT_S)
+        return calls[-1]
+
+    async def scenario(stopping: asyncio.Future[Any]) -> Ran[str] | None:
+        loop = asyncio.get_running_loop()
+
+        async def poke_while_running() -> None:
+            await loop.run_in_executor(None, running.wait, _WAIT_S)
+            wakeup.poke()
+            await asyncio.sleep(0.05)
+            finish.set()
+
+        poker = asyncio.ensure_future(poke_while_running())
+        ran = await lanes.run_routine(call, wakeup=wakeup, clock=LeaseClock(), stopping=stopping)
+        await poker
+        return ran
+
+    ran = run_scenario(scenario)
+    assert ran is not None and not ran.promoted
+    assert calls == [ran.result] and ran.result.startswith("routine")
+    assert wakeup.event.is_set()  # re-armed: the loop's next wait ends at once
+
+
+def test_a_stop_while_queued_never_runs_the_call(lanes: Lanes) -> None:
+    release = hold(lanes)
+    calls: list[str] = []
+
+    def call() -> str:
+        calls.append(thread_name())
+        return calls[-1]
+
+    async def scenario(stopping: asyncio.Future[Any]) -> Ran[str] | None:
+        asyncio.get_running_loop().call_later(0.05, stopping.set_result, None)
+        return await lanes.run_routine(call, wakeup=Wakeup(), clock=LeaseClock(), stopping=stopping)
+
+    try:
+        ran = run_scenario(scenario)
+    finally:
+        release.set()
+    lanes.routine.shutdown(wait=True)
+    assert ran is None and calls == []
