@@ -134,6 +134,37 @@ def test_a_grant_reaches_the_operators_clock_with_progress_and_count(
     assert metrics.registry.get_sample_value("groupops_member_seconds_since_poll", poll) == 0.4
 
 
+def test_max_poll_interval_reaches_the_answerer_on_each_change_and_again_after_a_detach(
+    answerer: tuple[HeartbeatProcess, Metrics], replica: Replica
+) -> None:
+    process, _ = answerer
+    attached = LeaseClock()
+    process.lease_event("ADDED", lease("1"))
+    process.attach(NS, POLICY, attached)
+    process.start_leadership(lambda: math.inf, lambda: None)
+    stalled = {"poll": 30.0}  # beyond 1 s + the grace, within 100 s
+
+    def answers(status: HeartbeatStatus) -> bool:
+        answer = replica.beat(progress=stalled)
+        return answer.status is status and answer.stuck is (status is HeartbeatStatus.REFUSED)
+
+    wait_for("a grant", lambda: answers(HeartbeatStatus.GRANTED), 5, interval=0.1)
+    process.note_max_poll_interval(NS, POLICY, 1.0)
+    wait_for("refused as stuck", lambda: answers(HeartbeatStatus.REFUSED), 5, interval=0.1)
+    process.note_max_poll_interval(NS, POLICY, 1.0)  # the same value again: nothing new to tell
+    assert replica.beat(progress=stalled).stuck
+    process.note_max_poll_interval(NS, POLICY, 100.0)
+    wait_for("granted under the new limit", lambda: answers(HeartbeatStatus.GRANTED), 5, interval=0.1)
+    process.note_max_poll_interval(NS, POLICY, 1.0)
+    wait_for("refused again", lambda: answers(HeartbeatStatus.REFUSED), 5, interval=0.1)
+    process.detach(NS, POLICY, LeaseClock())  # not the attached clock: ignored, the limit stays
+    assert replica.beat(progress=stalled).stuck
+    process.detach(NS, POLICY, attached)
+    process.attach(NS, POLICY, LeaseClock())
+    process.note_max_poll_interval(NS, POLICY, 1.0)  # the answerer forgot it at the detach
+    wait_for("refused after the re-attach", lambda: answers(HeartbeatStatus.REFUSED), 5, interval=0.1)
+
+
 def test_the_fence_guard_is_decided_by_the_answerer_and_holds_across_a_lagging_mirror(
     answerer: tuple[HeartbeatProcess, Metrics], replica: Replica
 ) -> None:

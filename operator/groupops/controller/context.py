@@ -30,6 +30,7 @@ from groupops.lag.history import OffsetHistory
 from groupops.model import TopicPartition
 from groupops.planner.damping import DampingMemory
 from groupops.planner.handoff import LeaseClock
+from groupops.planner.target import TargetMemo
 
 if TYPE_CHECKING:  # conflicts.py reports through report.py, which imports this module
     from groupops.controller.clusters import ClusterBook
@@ -92,6 +93,8 @@ class PolicyMemory:
     """The id of the pipeline plan a Warning Event last refused (one Event per plan)."""
     damping: DampingMemory = field(default_factory=DampingMemory)
     """The hysteresis, interval and autoscale history of damping (`decide`, planner/damping.py)."""
+    targets: TargetMemo = field(default_factory=TargetMemo)
+    """The last planning round's target and figures, for a round that asks the same (`decide`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -50,7 +50,6 @@ from groupops.planner.target import (
     Target,
     TargetRequest,
     Trigger,
-    compute_target,
     rebalance_trigger,
     stats_of,
 )
@@ -121,8 +120,8 @@ def decide(  # noqa: PLR0917 - one call site, the reconcile's named steps
         failback=spec.strategy.failback,
         epoch=previous.epoch or None,
     )
-    target = compute_target(request)
-    before = stats_of(request, current) if observed is not None else None
+    target = run.memory.targets.target(request)
+    before = run.memory.targets.stats(request, current) if observed is not None else None
     members = frozenset(identity.name for identity in view.members)
     digest = target_inputs_digest(run.body.get("spec"))
     trigger = rebalance_trigger(
@@ -150,7 +149,7 @@ def decide(  # noqa: PLR0917 - one call site, the reconcile's named steps
         for identity in everyone
     }
     moves = moves_between(current, entries, among=members) if observed is not None else 0
-    after = stats_of(request, entries)
+    after = run.memory.targets.stats(request, entries)
     label = trigger.value if trigger else None
     if paused and label is None and entries != {i: tuple(sorted(current.get(i, ()))) for i in everyone}:
         label = "OffsetReset"

@@ -36,6 +36,7 @@ __all__ = [
     "BUDGET_EXEMPT_STRATEGIES",
     "Identity",
     "Target",
+    "TargetMemo",
     "TargetRequest",
     "Trigger",
     "build_group",
@@ -145,6 +146,45 @@ def compute_target(request: TargetRequest) -> Target:
         moves=moves,
         deferred=deferred,
     )
+
+
+class TargetMemo:
+    """The last planning round's request, with its target and the figures asked of it.
+
+    Between rebalances a routine reconcile builds the same request again (same members, plan
+    and lag): the strategies and `compute_stats` are pure functions of it, so the memo answers
+    from the last round instead of running the strategy and the figures again (about a fifth of
+    a steady reconcile's CPU: docs/design.md §8.3). A request that differs in anything starts
+    over. The answers are shared: callers read them and never change them. One memo per policy,
+    used by one reconcile at a time (the policy's lock)."""
+
+    _KEPT_STATS = 4
+
+    def __init__(self) -> None:
+        self._request: TargetRequest | None = None
+        self._target: Target | None = None
+        self._stats: list[tuple[Mapping[str, Sequence[TopicPartition]], AssignmentStats]] = []
+
+    def _for(self, request: TargetRequest) -> None:
+        if request != self._request:
+            self._request, self._target, self._stats = request, None, []
+
+    def target(self, request: TargetRequest) -> Target:
+        self._for(request)
+        if self._target is None:
+            self._target = compute_target(request)
+        return self._target
+
+    def stats(
+        self, request: TargetRequest, assignment: Mapping[str, Sequence[TopicPartition]]
+    ) -> AssignmentStats:
+        self._for(request)
+        for known, figures in self._stats:
+            if known == assignment:
+                return figures
+        figures = stats_of(request, assignment)
+        self._stats = [*self._stats[-(self._KEPT_STATS - 1) :], (assignment, figures)]
+        return figures
 
 
 def limit_moves(group: GroupInput, target: Assignment, budget: int | None) -> tuple[Assignment, int, int]:

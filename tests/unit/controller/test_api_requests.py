@@ -3,6 +3,7 @@ watch caches, and the caches read from the API (counted) while they are not sync
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -209,3 +210,22 @@ def test_a_synced_cache_answers_from_memory_with_copies_and_shows_writes_at_once
     again = caches.get("v1", "ConfigMap", "a", "p-plan")
     assert again is not None and again["metadata"]["resourceVersion"] == "5"
     assert api.sent == [("POST", "/api/v1/namespaces/a/configmaps")], "no read went to the API"
+
+
+def test_a_cache_read_is_a_deep_copy_at_every_depth() -> None:
+    labels = {"app.kubernetes.io/managed-by": "groupops"}
+    stored = cm("7", labels=labels)
+    stored["data"] = {"plan": "x"}
+    stored["metadata"]["ownerReferences"] = [{"name": "p", "controller": True, "nested": [[1, 2.5, None]]}]
+    client, _, _, _ = client_with(Answer(201, stored))
+    caches = Caches(client, namespaces=("a",))
+    client.add_write_listener(caches)
+    caches.cache("ConfigMap")._streams[0].synced.set()
+    client.create(cm(""))
+    expected = copy.deepcopy(stored)
+    first = caches.list("v1", "ConfigMap", "a")
+    assert first == [expected]
+    first[0]["metadata"]["ownerReferences"][0]["nested"][0].append("changed")
+    first[0]["data"]["plan"] = "changed"
+    first[0]["metadata"]["labels"]["extra"] = "changed"
+    assert caches.list("v1", "ConfigMap", "a") == [expected]

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from groupops.assign import get_strategy
 from groupops.model import MemberId, TopicPartition
 from groupops.planner.target import (
     Identity,
+    TargetMemo,
     TargetRequest,
     Trigger,
     build_group,
@@ -13,6 +17,7 @@ from groupops.planner.target import (
     limit_moves,
     rebalance_trigger,
     scale_down_order,
+    stats_of,
 )
 
 T = TopicPartition
@@ -97,3 +102,45 @@ def test_correctness_triggers_in_order_and_none_for_lag() -> None:
 
 def test_scale_down_removes_highest_ordinals_first() -> None:
     assert scale_down_order([0, 1, 2, 3, 4], 2) == [4, 3, 2]
+
+
+_STRATEGIES = ("range", "roundrobin", "sticky", "cooperative-sticky", "lag", "balanced", "failover")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rounds=st.lists(
+        st.tuples(
+            st.sampled_from(_STRATEGIES),
+            st.integers(min_value=1, max_value=4),
+            st.lists(st.integers(min_value=0, max_value=50), min_size=6, max_size=6),
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_the_memo_answers_what_the_planner_would_round_after_round(
+    rounds: list[tuple[str, int, list[int]]],
+) -> None:
+    memo = TargetMemo()
+    published: dict[str, list[TopicPartition]] = {}
+    for strategy, members, lags in rounds:
+        request = TargetRequest(
+            strategy=strategy, topics={"t": 6}, members=ids(members), published=published, lags={"t": lags}
+        )
+        target = memo.target(request)
+        assert target == compute_target(request)
+        assert memo.stats(request, published) == stats_of(request, published)
+        assert memo.stats(request, target.assignment) == stats_of(request, target.assignment)
+        published = {str(member): list(tps) for member, tps in target.assignment.items()}
+
+
+def test_the_memo_runs_the_strategy_once_for_a_request_asked_again() -> None:
+    memo = TargetMemo()
+    request = TargetRequest(strategy="lag", topics={"t": 6}, members=ids(3), lags={"t": [9, 1, 1, 5, 5, 0]})
+    first = memo.target(request)
+    again = TargetRequest(strategy="lag", topics={"t": 6}, members=ids(3), lags={"t": [9, 1, 1, 5, 5, 0]})
+    assert memo.target(again) is first  # equal, not the same object: answered from the memo
+    assert memo.stats(again, first.assignment) is memo.stats(request, first.assignment)
+    moved = TargetRequest(strategy="lag", topics={"t": 6}, members=ids(3), lags={"t": [0, 1, 1, 5, 5, 9]})
+    assert memo.target(moved) is not first and memo.target(moved) == compute_target(moved)
