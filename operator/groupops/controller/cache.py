@@ -36,7 +36,8 @@ once; a late watch event never brings an older version back (the resourceVersion
 Listeners see the stream itself, in order (events a hold kept out of the store included), and
 relist differences; notes are not events. They run in the watch threads (one per stream): one
 that touches an asyncio loop must hop onto it (`loop.call_soon_threadsafe`). Readers and
-listeners get their own deep copies: nobody can change what the cache holds.
+listeners get their own deep copies: nobody can change what the cache holds. Objects are kept
+without metadata.managedFields, which nothing here reads.
 """
 
 from __future__ import annotations
@@ -85,6 +86,16 @@ def _copied(value: Any) -> Any:
     if kind in _ATOMS:
         return value
     return copy.deepcopy(value)
+
+
+def _without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    """`obj` without metadata.managedFields: nothing of the operator reads them, and they are
+    the largest part of a pod a cache holds and copies out (a write that leaves them out keeps
+    them on the server)."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or "managedFields" not in meta:
+        return obj
+    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
 
 
 log = logging.getLogger(__name__)
@@ -206,10 +217,14 @@ class WatchCache:
 
     # -- reads -----------------------------------------------------------------------------------
 
+    # The store replaces objects and never changes one in place, so a read takes its references
+    # under the lock and copies them after it: twenty reconcile threads copying pods under one
+    # lock queued on it.
+
     def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
         with self._lock:
             found = self._store.objects.get((namespace or "", name))
-            return None if found is None else _copied(found)
+        return None if found is None else _copied(found)
 
     def list(self, namespace: str | None, label_selector: str = "") -> list[dict[str, Any]]:
         """The objects of `namespace` (None: all) whose labels match, sorted by namespace and
@@ -222,11 +237,12 @@ class WatchCache:
                 keys = sorted(objects.by_label.get((namespace, indexed), ()))
             else:
                 keys = sorted(key for key in objects if namespace is None or key[0] == namespace)
-            return [
-                _copied(objects[key])
+            chosen = [
+                objects[key]
                 for key in keys
                 if wanted.matches((objects[key].get("metadata") or {}).get("labels"))
             ]
+        return [_copied(obj) for obj in chosen]
 
     # -- notes -----------------------------------------------------------------------------------
 
@@ -236,8 +252,9 @@ class WatchCache:
         selected = self._selector.matches(meta.get("labels")) and (
             self._field_name is None or meta.get("name") == self._field_name
         )
+        kept = _without_managed_fields(_copied(dict(obj)))
         with self._lock:
-            self._store.note_written(_copied(dict(obj)), now=self._clock(), selected=selected)
+            self._store.note_written(kept, now=self._clock(), selected=selected)
 
     def note_deleted(self, namespace: str | None, name: str, uid: str | None = None) -> None:
         with self._lock:
@@ -255,7 +272,8 @@ class WatchCache:
         under the same lock: a mirror built from both misses nothing (heartbeat_process.py)."""
         with self._lock:
             self._listeners.append(listener)
-            return [_copied(obj) for obj in self._store.objects.values()]
+            held = list(self._store.objects.values())
+        return [_copied(obj) for obj in held]
 
     def remove_listener(self, listener: Listener) -> None:
         with self._lock:
@@ -280,6 +298,7 @@ class WatchCache:
             label_selector=self.label_selector,
             field_selector=self.field_selector,
         )
+        items = [_without_managed_fields(item) for item in items]
         with self._lock:
             events = self._store.relist(namespace, items, began=began)
             listeners = tuple(self._listeners)
@@ -386,7 +405,7 @@ class _Stream:
             for event in stream:
                 delivered = True
                 event_type = str(event.get("type"))
-                obj = event.get("object") or {}
+                obj = _without_managed_fields(event.get("object") or {})
                 version = rv_of(obj)
                 if version:
                     self.resource_version = version

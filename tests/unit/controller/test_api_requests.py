@@ -229,3 +229,17 @@ def test_a_cache_read_is_a_deep_copy_at_every_depth() -> None:
     first[0]["data"]["plan"] = "changed"
     first[0]["metadata"]["labels"]["extra"] = "changed"
     assert caches.list("v1", "ConfigMap", "a") == [expected]
+
+
+def test_a_cache_keeps_no_managed_fields_and_the_answer_keeps_its_own() -> None:
+    answer = cm("9", labels={"app.kubernetes.io/managed-by": "groupops"})
+    answer["metadata"]["managedFields"] = [{"manager": "groupops", "operation": "Update"}]
+    client, _, _, _ = client_with(Answer(201, answer))
+    caches = Caches(client, namespaces=("a",))
+    client.add_write_listener(caches)
+    caches.cache("ConfigMap")._streams[0].synced.set()
+    written = client.create(cm(""))
+    assert written["metadata"]["managedFields"] == [{"manager": "groupops", "operation": "Update"}]
+    read = caches.get("v1", "ConfigMap", "a", "p-plan")
+    assert read is not None and "managedFields" not in read["metadata"]
+    assert read["metadata"]["resourceVersion"] == "9"
