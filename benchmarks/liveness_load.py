@@ -123,8 +123,10 @@ from groupops.planner.plan_format import (  # noqa: E402
 from groupops.planner.wire import LEASE_EPOCH_ANNOTATION, identity_name, lease_name  # noqa: E402
 from operator_scale import (  # noqa: E402
     CLOCK_TICKS,
+    PARTITIONS,
     PLAN_SUFFIX,
     REPLICAS,
+    STRATEGIES,
     Observer,
     ProcessSampler,
     in_parallel,
@@ -918,6 +920,24 @@ class PlanObserver(PlanWatch):
             history = self.plans.get(policy)
             return history[-1] if history else None
 
+    def epoch_after(self, policy: str, after: int) -> float | None:
+        """When a plan above epoch `after` was first seen."""
+        with self._lock:
+            for at, epoch, _ in self.plans.get(policy, []):
+                if epoch > after:
+                    return at
+        return None
+
+    def gives(self, policy: str, wanted: dict[str, frozenset[TopicPartition]], after: int) -> float | None:
+        """When a plan above epoch `after` first gave every identity exactly its `wanted` set."""
+        with self._lock:
+            for at, epoch, sets in self.plans.get(policy, []):
+                if epoch > after and all(
+                    sets.get(identity, frozenset()) == want for identity, want in wanted.items()
+                ):
+                    return at
+        return None
+
     def moved_away(
         self, policy: str, identity: str, held: frozenset[TopicPartition], after: int
     ) -> float | None:
@@ -1009,8 +1029,10 @@ def udp_drops(port: int | None) -> int | None:
     return None
 
 
-def heartbeat_answers(metrics_port: int) -> dict[str, float]:
-    """The operator's groupops_operator_heartbeats_total by answer."""
+def operator_counters(metrics_port: int) -> dict[str, float]:
+    """From the operator's metrics: groupops_operator_heartbeats_total by answer, and the
+    reconciles done ("reconciles": the count of groupops_reconcile_duration_seconds, all
+    policies)."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=30) as response:
             text = response.read().decode()
@@ -1020,7 +1042,16 @@ def heartbeat_answers(metrics_port: int) -> dict[str, float]:
     sums: dict[str, float] = {}
     for labels, value in samples(text, "groupops_operator_heartbeats_total"):
         sums[labels.get("answer", "?")] = sums.get(labels.get("answer", "?"), 0.0) + value
+    sums["reconciles"] = sum(value for _, value in samples(text, "groupops_reconcile_duration_seconds_count"))
     return sums
+
+
+def per_reconcile_ms(cpu_percent: dict[str, float], reconciles_per_s: float) -> float | None:
+    """CPU of the operator's main process (its answering process left out) per reconcile, ms."""
+    if reconciles_per_s <= 0:
+        return None
+    main = cpu_percent["operator"] - cpu_percent.get("heartbeat process", 0.0)
+    return round(10 * main / reconciles_per_s, 2)
 
 
 def children_of(pid: int) -> list[int]:
@@ -1108,7 +1139,7 @@ class Point:
         # The scrapes are outside the CPU window (a scrape of 1,000 policies' metrics costs the
         # operator CPU); their own two requests are inside the request window.
         requests_before, requests_at = api_requests(self.kubectl), time.monotonic()
-        answers_before = heartbeat_answers(self.metrics_port)
+        counters_before = operator_counters(self.metrics_port)
         cpu_before, cpu_at = self.cpu(), time.monotonic()
         generator_before = self.generator.call("stats")
         ports = {"operator": self.heartbeat_port, "generator": generator_before["udp_port"]}
@@ -1117,7 +1148,7 @@ class Point:
         drops_after = {name: udp_drops(port) for name, port in ports.items()}
         generator_after = self.generator.call("stats", since=generator_before["now"])
         cpu_after, cpu_elapsed = self.cpu(), time.monotonic() - cpu_at
-        answers_after = heartbeat_answers(self.metrics_port)
+        counters_after = operator_counters(self.metrics_port)
         requests_after, requests_elapsed = api_requests(self.kubectl), time.monotonic() - requests_at
         generator_elapsed = generator_after["now"] - generator_before["now"]
 
@@ -1138,6 +1169,7 @@ class Point:
         cpu_percent = {
             name: round(100 * (cpu_after[name] - cpu_before[name]) / cpu_elapsed, 1) for name in cpu_after
         }
+        counted = rates(counters_after, counters_before, requests_elapsed)
         self.figures["steady"] = {
             "window_s": round(requests_elapsed, 1),
             "api_requests_per_s_besides_watch": None if api is None else round(sum(api.values()), 1),
@@ -1155,7 +1187,9 @@ class Point:
                     1,
                 )
             },
-            "heartbeat_answers_per_s": rates(answers_after, answers_before, requests_elapsed),
+            "heartbeat_answers_per_s": {k: v for k, v in counted.items() if k != "reconciles"},
+            "reconciles_per_s": counted.get("reconciles", 0.0),
+            "operator_main_cpu_ms_per_reconcile": per_reconcile_ms(cpu_percent, counted.get("reconciles", 0)),
             "udp_datagrams_dropped_in_window": {
                 name: None if after is None or before is None else after - before
                 for (name, after), before in zip(drops_after.items(), drops_before.values(), strict=True)
@@ -1243,6 +1277,79 @@ class Point:
             "uptime": machine_load(),
         }
 
+    def changes(self, count: int, timeout: float) -> None:
+        """Change `count` policies' strategy one at a time, spread over the fleet: `range` ones to
+        `roundrobin`, which moves partitions among the same live replicas through the handoff's
+        two epochs. Each is timed from the PATCH's answer until the plan's epoch moved (the first
+        step published) and until a plan gives the round-robin sets (the last step, after the
+        replicas acknowledged the first). Policies a crash left with fewer replicas are not
+        changed."""
+        groups = group_ids(self.count)
+        crashed = {r.get("policy") for r in self.figures.get("crash_to_plan", {}).get("each", [])}
+        ranged = [
+            i
+            for i in range(self.count)
+            if STRATEGIES[i % len(STRATEGIES)] == "range" and f"policy-{i:04d}" not in crashed
+        ]
+        api = KubeApi(self.kubectl.kubeconfig)
+        results: list[dict[str, Any]] = []
+        try:
+            for i in range(count):
+                index = ranged[(i * len(ranged)) // count % len(ranged)]
+                policy = f"policy-{index:04d}"
+                newest = self.observer.newest(policy)
+                if newest is None:
+                    results.append({"policy": policy, "skipped": "no plan seen"})
+                    continue
+                epoch = newest[1]
+                wanted = {
+                    identity_name(groups[policy], ordinal): frozenset(
+                        TopicPartition(f"topic-{index:04d}", p) for p in range(ordinal, PARTITIONS, REPLICAS)
+                    )
+                    for ordinal in range(REPLICAS)
+                }
+                api.patch(
+                    "ConsumerGroupPolicy",
+                    self.observer.namespace,
+                    policy,
+                    {"spec": {"strategy": {"type": "roundrobin"}}},
+                )
+                patched_at = time.time()
+                first = last = None
+                deadline = time.monotonic() + timeout
+                while time.monotonic() < deadline and last is None:
+                    first = first or self.observer.epoch_after(policy, epoch)
+                    last = self.observer.gives(policy, wanted, epoch)
+                    time.sleep(0.05)
+                result = {
+                    "policy": policy,
+                    "epoch_moved_s": None if first is None else round(first - patched_at, 2),
+                    "new_sets_s": None if last is None else round(last - patched_at, 2),
+                }
+                results.append(result)
+                print(
+                    f"  change {i + 1}/{count}: {policy} range -> roundrobin: epoch moved after "
+                    f"{result['epoch_moved_s']} s, round-robin sets after {result['new_sets_s']} s",
+                    flush=True,
+                )
+                time.sleep(1.0)
+        finally:
+            api.close()
+        self.figures["change_to_plan"] = {
+            what: {
+                k: round(v, 2)
+                for k, v in spread([r[what] for r in results if r.get(what) is not None]).items()
+            }
+            for what in ("epoch_moved_s", "new_sets_s")
+        } | {
+            "not_done_within_s": {
+                "timeout": timeout,
+                "count": sum(1 for r in results if r.get("new_sets_s") is None),
+            },
+            "each": results,
+            "uptime": machine_load(),
+        }
+
 
 def point(mode: str, count: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     with ExitStack() as exits:
@@ -1314,6 +1421,7 @@ def point(mode: str, count: int, args: argparse.Namespace, workdir: Path) -> dic
         run.settle(args.setup_timeout)
         run.steady(args.steady)
         run.crashes(args.crashes, args.crash_timeout)
+        run.changes(args.changes, args.crash_timeout)
         run.figures["generator_counts_end"] = generator.call("stats")["counts"]
         run.figures["operator_rss_mib_end"] = round(ProcessSampler(operator.process.pid).rss_mib(), 1)
         run.figures["operator_log"] = log_problems(operator.log_path)
@@ -1354,6 +1462,13 @@ def markdown_table(figures: dict[str, dict[str, Any]]) -> str:
 
     def cpu(name: str) -> Callable[[dict[str, Any]], str]:
         return lambda f: f"{f['steady']['cpu_percent_of_one_core'][name]} %"
+
+    def changed(what: str) -> Callable[[dict[str, Any]], str]:
+        def read(f: dict[str, Any]) -> str:
+            s = f["change_to_plan"][what]
+            return "{median} / {p95} / {max} s (n={n})".format(**s) if s else "none"
+
+        return read
 
     def crash(f: dict[str, Any]) -> str:
         s, missed = f["crash_to_plan"]["seconds"], f["crash_to_plan"]["not_moved_within_s"]["count"]
@@ -1398,6 +1513,11 @@ def markdown_table(figures: dict[str, dict[str, Any]]) -> str:
         ),
         ("fences of live replicas in the window", in_window("fenced")),
         ("replicas whose validity lapsed in the window", in_window("validity_lapses")),
+        ("reconciles/s (the tick asks policies / 5 s)", lambda f: f["steady"]["reconciles_per_s"]),
+        (
+            "operator main process CPU per reconcile",
+            lambda f: f"{f['steady']['operator_main_cpu_ms_per_reconcile']} ms",
+        ),
         ("CPU operator (% of one core)", cpu("operator")),
         ("of which its heartbeat process", cpu("heartbeat process")),
         ("CPU kube-apiserver", cpu("kube-apiserver")),
@@ -1408,6 +1528,8 @@ def markdown_table(figures: dict[str, dict[str, Any]]) -> str:
             lambda f: f"{cpu('machine')(f)} / {cpu('others')(f)}",
         ),
         ("crash -> plan moved: median / p95 / max", crash),
+        ("spec change -> epoch moved: median / p95 / max", changed("epoch_moved_s")),
+        ("spec change -> the new sets published: median / p95 / max", changed("new_sets_s")),
         (
             "load average at the end of the window",
             lambda f: f["steady"]["uptime"].split("load average:")[-1].strip(),
@@ -1433,6 +1555,9 @@ def main() -> int:
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--steady", type=float, default=60.0, help="steady-state window, seconds")
     parser.add_argument("--crashes", type=int, default=10, help="replicas crashed one at a time")
+    parser.add_argument(
+        "--changes", type=int, default=10, help="policies whose strategy changes, one at a time"
+    )
     parser.add_argument("--setup-timeout", type=float, default=420.0, help="seconds to wait for setup")
     parser.add_argument("--crash-timeout", type=float, default=30.0, help="seconds to wait for each move")
     parser.add_argument("--write-threads", type=int, default=48, help="the generator's writer pool")
