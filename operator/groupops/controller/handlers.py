@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 from collections.abc import Mapping
@@ -187,6 +186,12 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
             loop.call_soon_threadsafe(memory.wakeup.poke)
 
         memory.poke = poke
+
+        def run() -> float | None:
+            # The body as it is when the run starts, in whichever lane: a routine run promoted
+            # by a spec change must reconcile the new spec, not the one it was queued with.
+            return run_in_loop(entry.body, memory)
+
         tick = settings.reconcile.tick_seconds
         next_tick = time.monotonic()  # a policy just seen is reconciled at once
         judged_until = time.monotonic()
@@ -206,7 +211,6 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
                 # A run something woke (a Lease changed or expired, the spec changed) skips the
                 # queue of the tick's routine runs, and so does a routine run still queued when
                 # such a thing comes: failover must not wait for the tick (§8.3).
-                run = functools.partial(run_in_loop, entry.body, memory)
                 ran = await (
                     lanes.run_urgent(run)
                     if urgent

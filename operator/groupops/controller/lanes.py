@@ -55,7 +55,9 @@ class Lanes:
         stopping: asyncio.Future[Any],
     ) -> Ran[T] | None:
         """Run `call` in the routine lane, or in the urgent lane when a wake-up or an expiry comes
-        before it starts. None when `stopping` completed while it was still queued (it never ran)."""
+        before it starts. None when `stopping` completed while it was still queued (it never ran).
+        `call` runs once, when it starts, in whichever lane: it must read what it works on then
+        (the policy as it is now), since what woke it may have changed that."""
         queued_at = time.monotonic()
         started_at: list[float] = []
 

@@ -166,3 +166,25 @@ def test_a_stop_while_queued_never_runs_the_call(lanes: Lanes) -> None:
         release.set()
     lanes.routine.shutdown(wait=True)
     assert ran is None and calls == []
+
+
+def test_a_promoted_run_sees_what_changed_before_the_wake_up(lanes: Lanes) -> None:
+    release = hold(lanes)
+    wakeup = Wakeup()
+    policy = {"spec": "old"}
+
+    def change_and_wake() -> None:
+        policy["spec"] = "new"
+        wakeup.poke()
+
+    async def scenario(stopping: asyncio.Future[Any]) -> Ran[str] | None:
+        asyncio.get_running_loop().call_later(0.05, change_and_wake)
+        return await lanes.run_routine(
+            lambda: policy["spec"], wakeup=wakeup, clock=LeaseClock(), stopping=stopping
+        )
+
+    try:
+        ran = run_scenario(scenario)
+    finally:
+        release.set()
+    assert ran is not None and ran.promoted and ran.result == "new"
