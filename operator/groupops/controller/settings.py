@@ -43,10 +43,10 @@ class ReconcileSettings:
     tick_seconds: how often each policy is reconciled when nothing wakes it sooner (a Lease change
     or expiry does); the rebalance interval of the policy is judged at each tick, so it is the
     resolution of `rebalance.interval` and of lag in status.
-    A steady reconcile reads only the watch caches (no API request) and costs about 4 ms of
-    operator CPU: 1,000 policies at 5 s (200 reconciles/s) keep pace at about 80 % of one core
-    (benchmarks/RESULTS.md "Operator at scale"); beyond that, raise the tick. Failover and
-    handoffs do not wait for the tick (Lease watch).
+    A steady reconcile reads only the watch caches (no API request) and costs about 3.6 ms of
+    operator CPU: 1,000 policies at 5 s (200 reconciles/s, 3,000 replicas) take about 65 % of
+    one core (benchmarks/RESULTS.md "Liveness", cheaper steady reconciles); beyond that, raise
+    the tick. Failover, handoffs and spec changes do not wait for the tick (§8.3 of the design).
     workers: reconciles running at once (threads; each mostly waits on the API server).
     urgent_workers: more threads, only for the runs something woke (a Lease changed or expired, the
     spec changed, a late lag read landed): failover and handoff steps do not queue behind the
