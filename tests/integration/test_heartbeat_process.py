@@ -100,6 +100,16 @@ def granted_count(metrics: Metrics) -> float:
     )
 
 
+def leading(process: HeartbeatProcess) -> LeaseClock:
+    """The replica's Lease mirrored, its policy attached (the returned clock), and the process
+    told it leads for good."""
+    clock = LeaseClock()
+    process.lease_event("ADDED", lease("1"))
+    process.attach(NS, POLICY, clock)
+    process.start_leadership(lambda: math.inf, lambda: None)
+    return clock
+
+
 def test_a_standby_or_an_expired_leader_grants_nothing(
     answerer: tuple[HeartbeatProcess, Metrics], replica: Replica
 ) -> None:
@@ -118,10 +128,7 @@ def test_a_grant_reaches_the_operators_clock_with_progress_and_count(
     answerer: tuple[HeartbeatProcess, Metrics], replica: Replica
 ) -> None:
     process, metrics = answerer
-    clock = LeaseClock()
-    process.lease_event("ADDED", lease("1"))
-    process.attach(NS, POLICY, clock)
-    process.start_leadership(lambda: math.inf, lambda: None)
+    clock = leading(process)
     wait_for("a grant", lambda: replica.beat().status is HeartbeatStatus.GRANTED, 5, interval=0.1)
     sent = time.monotonic()
     answer = replica.beat(progress={"poll": 0.4})
@@ -138,10 +145,7 @@ def test_max_poll_interval_reaches_the_answerer_on_each_change_and_again_after_a
     answerer: tuple[HeartbeatProcess, Metrics], replica: Replica
 ) -> None:
     process, _ = answerer
-    attached = LeaseClock()
-    process.lease_event("ADDED", lease("1"))
-    process.attach(NS, POLICY, attached)
-    process.start_leadership(lambda: math.inf, lambda: None)
+    attached = leading(process)
     stalled = {"poll": 30.0}  # beyond 1 s + the grace, within 100 s
 
     def answers(status: HeartbeatStatus) -> bool:
