@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,13 +40,16 @@ def holder(stack: PolicyStack) -> str | None:
 
 class EpochWatch:
     """Samples the plan ConfigMap's epoch every 50 ms; `regressions` lists every decrease that was
-    not one of our own writes (`expect_write` marks those)."""
+    not one of our own writes (`our_write` makes those)."""
 
     def __init__(self, stack: PolicyStack) -> None:
         self._stack = stack
         self.highest = 0
         self.regressions: list[tuple[int, int]] = []
         self._ours: set[str] = set()
+        self._lock = threading.Lock()
+        """Held by a sample and by one of our writes with its registration, so a sample never
+        reads our write before it is known as ours."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -52,8 +57,12 @@ class EpochWatch:
         self._thread.start()
         return self
 
-    def expect_write(self, resource_version: str) -> None:
-        self._ours.add(resource_version)
+    def our_write(self, write: Callable[[], dict[str, Any]]) -> None:
+        """Make a write of the test's own (returning the written object), known as ours before
+        any sample can see it."""
+        with self._lock:
+            written = write()
+            self._ours.add(written["metadata"]["resourceVersion"])
 
     def stop(self) -> None:
         self._stop.set()
@@ -61,13 +70,17 @@ class EpochWatch:
 
     def _run(self) -> None:
         while not self._stop.wait(0.05):
-            configmap = self._stack.api.get("ConfigMap", self._stack.namespace, plan_configmap_name("orders"))
-            if configmap is None or configmap["metadata"]["resourceVersion"] in self._ours:
-                continue
-            epoch = int((configmap.get("data") or {}).get("epoch", "0"))
-            if epoch < self.highest:
-                self.regressions.append((self.highest, epoch))
-            self.highest = max(self.highest, epoch)
+            with self._lock:
+                self._sample()
+
+    def _sample(self) -> None:
+        configmap = self._stack.api.get("ConfigMap", self._stack.namespace, plan_configmap_name("orders"))
+        if configmap is None or configmap["metadata"]["resourceVersion"] in self._ours:
+            return
+        epoch = int((configmap.get("data") or {}).get("epoch", "0"))
+        if epoch < self.highest:
+            self.regressions.append((self.highest, epoch))
+        self.highest = max(self.highest, epoch)
 
 
 def rewrite_plan(
@@ -79,8 +92,7 @@ def rewrite_plan(
     assert current is not None
     current["data"] = data
     current["metadata"]["annotations"] = annotations
-    written = stack.api.replace("ConfigMap", stack.namespace, current)
-    watch.expect_write(written["metadata"]["resourceVersion"])
+    watch.our_write(lambda: stack.api.replace("ConfigMap", stack.namespace, current))
 
 
 def test_two_operators_lead_one_at_a_time_and_never_let_two_replicas_own_a_partition(
