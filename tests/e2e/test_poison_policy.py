@@ -155,7 +155,9 @@ def test_a_partition_stopped_by_one_replicas_own_failure_is_handed_to_another_wh
             if (r.topic, r.partition, r.offset) == poison_at
         }
         assert processed_by == {identities[1]}
-        assert s.owner_in_plan(failing) == identities[1]
+        # Whether the partition is still there now is not asserted: once its committed offset moved
+        # past the message the strategy places it freely again (design §9.2), and any later replan
+        # may hand it back to the first replica.
         rebalances = [
             e for e in s.api.list("Event", s.namespace) if "PartitionStalled" in str(e.get("message"))
         ]
