@@ -48,6 +48,7 @@ from pyspark.sql import SparkSession
 
 __all__ = [
     "CONNECTOR_PINS",
+    "LOCAL_GC",
     "ExecutorSettings",
     "KafkaConnector",
     "SessionSettings",
@@ -66,6 +67,10 @@ TOKEN_PROVIDER_ARTIFACT = f"spark-token-provider-kafka-0-10_{SCALA_BINARY}"
 SPARK_GROUP = "org.apache.spark"
 # PySpark's wheel already ships these (same versions); resolving them again only adds 40 MB.
 PACKAGE_EXCLUDES = ("org.apache.hadoop:hadoop-client-runtime", "org.apache.hadoop:hadoop-client-api")
+
+# A local master's driver is its executor too: a batch job with a heap of a few GiB, where pauses
+# cost nothing and throughput is all, which the throughput collector gives (docs/design.md §10).
+LOCAL_GC = "-XX:+UseParallelGC"
 
 _LOG4J2 = """\
 rootLogger.level = error
@@ -292,10 +297,13 @@ def build_session(settings: SessionSettings | None = None) -> SparkSession:
     builder = SparkSession.builder
     if settings.master is not None:
         builder = builder.master(settings.master)
+    driver_options = [f"-Dlog4j2.configurationFile=file:{log4j}"]
+    if _is_local(settings.master):
+        driver_options.append(LOCAL_GC)
     builder = (
         builder.appName(settings.app_name)
         .config("spark.driver.memory", settings.driver_memory)
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
+        .config("spark.driver.extraJavaOptions", " ".join(driver_options))
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.ui.enabled", "false")

@@ -35,7 +35,9 @@ from groupops.pipeline.frames import GROUP_KEYS, TOPIC_PARTITION_KEYS, at_newest
 __all__ = ["timelag", "timelag_by_group", "timelag_by_member"]
 
 _HISTORY, _QUERY = 1, 0
-_POINT = "history_point"  # (offset, t) on history rows, null on queries
+# A history point's offset and time, null on queries (and on a history row missing either): two
+# plain columns rather than one struct, which every row of the stream would build and copy.
+_POINT_OFFSET, _POINT_T = "point_offset", "point_t"
 
 
 def timelag(snapshots: DataFrame) -> DataFrame:
@@ -43,7 +45,6 @@ def timelag(snapshots: DataFrame) -> DataFrame:
     rows = with_seconds_and_lag(snapshots).withColumn(
         "consumed", sf.coalesce(sf.col("committed"), sf.col("log_start"))
     )
-    point = sf.struct(sf.col("offset"), sf.col("t"))
     history = rows.select(
         *TOPIC_PARTITION_KEYS,
         sf.col("log_end").alias("offset"),
@@ -66,35 +67,42 @@ def timelag(snapshots: DataFrame) -> DataFrame:
         "lag",
     )
     is_history = sf.col("kind") == _HISTORY
-    stream = history.unionByName(queries).withColumn(_POINT, sf.when(is_history, point))
+    is_point = is_history & sf.col("offset").isNotNull() & sf.col("t").isNotNull()
+    stream = history.unionByName(queries).select(
+        "*",
+        sf.when(is_point, sf.col("offset")).alias(_POINT_OFFSET),
+        sf.when(is_point, sf.col("t")).alias(_POINT_T),
+    )
     ascending = Window.partitionBy(*TOPIC_PARTITION_KEYS).orderBy("offset", "kind", "t")
     # The partition-wide extremes over the same ordering (a frame of every row) rather than an
     # unordered window: Spark evaluates all of them in one Window operator, which buffers each
     # partition's stream once; two window specifications made two operators, two passes.
     whole = ascending.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    preceding = ascending.rowsBetween(Window.unboundedPreceding, -1)
     located = stream.select(
         "*",
-        sf.last(_POINT, ignorenulls=True)
-        .over(ascending.rowsBetween(Window.unboundedPreceding, -1))
-        .alias("before"),
-        # PySpark's `lead` has no ignoreNulls argument; the SQL form has (Spark ≥ 3.2).
-        sf.expr(f"lead({_POINT}, 1) IGNORE NULLS").over(ascending).alias("after"),
+        sf.last(_POINT_OFFSET, ignorenulls=True).over(preceding).alias("before_offset"),
+        sf.last(_POINT_T, ignorenulls=True).over(preceding).alias("before_t"),
+        # PySpark's `lead` has no ignoreNulls argument; the SQL form has (Spark ≥ 3.2). Both
+        # columns are null on the same rows, so each skips to the same point.
+        sf.expr(f"lead({_POINT_OFFSET}, 1) IGNORE NULLS").over(ascending).alias("after_offset"),
+        sf.expr(f"lead({_POINT_T}, 1) IGNORE NULLS").over(ascending).alias("after_t"),
         sf.min(sf.when(is_history, sf.col("t"))).over(whole).alias("first_t"),
         sf.max(sf.when(is_history, sf.col("t"))).over(whole).alias("last_t"),
         sf.min(sf.when(is_history, sf.col("offset"))).over(whole).alias("first_offset"),
         sf.max(sf.when(is_history, sf.col("offset"))).over(whole).alias("last_offset"),
     ).where(sf.col("kind") == _QUERY)
 
-    b_offset, b_t = sf.col("before.offset"), sf.col("before.t")
-    a_offset, a_t = sf.col("after.offset"), sf.col("after.t")
+    b_offset, b_t = sf.col("before_offset"), sf.col("before_t")
+    a_offset, a_t = sf.col("after_offset"), sf.col("after_t")
     history_span = sf.col("last_t") - sf.col("first_t")
     average_rate = sf.when(history_span > 0, (sf.col("last_offset") - sf.col("first_offset")) / history_span)
     interpolated = b_t + (sf.col("offset") - b_offset) * (a_t - b_t) / (a_offset - b_offset)
     extrapolated = a_t - (a_offset - sf.col("offset")) / average_rate
     produced_at = (
-        sf.when(sf.col("after").isNull(), sf.lit(None))
+        sf.when(a_offset.isNull(), sf.lit(None))
         .when(a_offset == sf.col("offset"), a_t)
-        .when(sf.col("before").isNull(), sf.when(average_rate > 0, extrapolated))
+        .when(b_offset.isNull(), sf.when(average_rate > 0, extrapolated))
         .otherwise(interpolated)
     )
     time_lag = sf.greatest(sf.lit(0.0), sf.col("t") - produced_at).cast("double")
