@@ -4,12 +4,8 @@ collector is chosen when the JVM starts, and the shared test session's JVM start
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 from groupops.devstack.spark_cluster import SparkCluster
+from tests.pipeline.child import run_python
 
 _COLLECTORS = """
 import sys
@@ -24,20 +20,7 @@ session.stop()
 
 
 def _collectors(master: str) -> str:
-    operator = Path(__file__).resolve().parents[2] / "operator"
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(operator), os.environ.get("PYTHONPATH")])),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", _COLLECTORS, master],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_python(_COLLECTORS, master)
     (line,) = [line for line in done.stdout.splitlines() if line.startswith("collectors:")]
     return line
 

@@ -6,12 +6,8 @@ that the shared test session is not touched: Connect client first, then `local[1
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 from groupops.devstack.spark_connect import SparkConnectServer
+from tests.pipeline.child import run_python
 
 _ORDER = """
 import sys
@@ -31,18 +27,5 @@ classic.stop()
 def test_a_classic_session_after_a_connect_client_in_one_process_is_classic(
     spark_connect: SparkConnectServer,
 ) -> None:
-    operator = Path(__file__).resolve().parents[2] / "operator"
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(operator), os.environ.get("PYTHONPATH")])),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", _ORDER, spark_connect.url],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_python(_ORDER, spark_connect.url)
     assert "classic: pyspark.sql.session local[1]" in done.stdout, done.stdout

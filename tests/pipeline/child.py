@@ -1,0 +1,29 @@
+"""Run a Python snippet in a child process with the repository's `operator/` on its path: for what
+must happen in a JVM (or a PySpark process) of its own, away from the shared test session's."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+OPERATOR = Path(__file__).resolve().parents[2] / "operator"
+
+
+def run_python(code: str, *args: str, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
+    """`python -c code args...`; fails the test with the end of its stderr if it exits non-zero."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(OPERATOR), os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
