@@ -1032,7 +1032,7 @@ def udp_drops(port: int | None) -> int | None:
 def operator_counters(metrics_port: int) -> dict[str, float]:
     """From the operator's metrics: groupops_operator_heartbeats_total by answer, and the
     reconciles done ("reconciles": the count of groupops_reconcile_duration_seconds, all
-    policies)."""
+    policies) and the ticks settled policies skipped ("skipped")."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=30) as response:
             text = response.read().decode()
@@ -1043,6 +1043,7 @@ def operator_counters(metrics_port: int) -> dict[str, float]:
     for labels, value in samples(text, "groupops_operator_heartbeats_total"):
         sums[labels.get("answer", "?")] = sums.get(labels.get("answer", "?"), 0.0) + value
     sums["reconciles"] = sum(value for _, value in samples(text, "groupops_reconcile_duration_seconds_count"))
+    sums["skipped"] = sum(value for _, value in samples(text, "groupops_reconciles_skipped_total"))
     return sums
 
 
@@ -1187,8 +1188,11 @@ class Point:
                     1,
                 )
             },
-            "heartbeat_answers_per_s": {k: v for k, v in counted.items() if k != "reconciles"},
+            "heartbeat_answers_per_s": {
+                k: v for k, v in counted.items() if k not in {"reconciles", "skipped"}
+            },
             "reconciles_per_s": counted.get("reconciles", 0.0),
+            "skipped_ticks_per_s": counted.get("skipped", 0.0),
             "operator_main_cpu_ms_per_reconcile": per_reconcile_ms(cpu_percent, counted.get("reconciles", 0)),
             "udp_datagrams_dropped_in_window": {
                 name: None if after is None or before is None else after - before
@@ -1514,6 +1518,7 @@ def markdown_table(figures: dict[str, dict[str, Any]]) -> str:
         ("fences of live replicas in the window", in_window("fenced")),
         ("replicas whose validity lapsed in the window", in_window("validity_lapses")),
         ("reconciles/s (the tick asks policies / 5 s)", lambda f: f["steady"]["reconciles_per_s"]),
+        ("ticks skipped/s (settled policies)", lambda f: f["steady"].get("skipped_ticks_per_s", "n/a")),
         (
             "operator main process CPU per reconcile",
             lambda f: f"{f['steady']['operator_main_cpu_ms_per_reconcile']} ms",

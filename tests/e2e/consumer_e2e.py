@@ -9,7 +9,7 @@ namespace with the given lease duration; the harness writing journals to `record
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,9 +183,10 @@ def policy_stack(
     operator_tick: str | None = TICK_S,
     extra_env: Mapping[str, str] | None = None,
     restart_delay: float = 1.0,
+    operator_args: Sequence[str] = (),
 ) -> Iterator[PolicyStack]:
     """A namespace with the CRD, a topic, the operator and the kubelet harness. `lease_seconds` or
-    `operator_tick` None: the operator runs with its own default."""
+    `operator_tick` None: the operator runs with its own default; `operator_args`: more flags."""
     kubetool("kubectl")
     kubectl = Kubectl(kube_config)
     install_crd(kubectl)
@@ -198,7 +199,7 @@ def policy_stack(
         kubeconfig=kube_config,
         namespace=namespace,
         log_path=tmp_path / "operator.log",
-        extra=[] if lease_seconds is None else ["--lease-duration", str(lease_seconds)],
+        extra=[*([] if lease_seconds is None else ["--lease-duration", str(lease_seconds)]), *operator_args],
         tick=operator_tick,
     )
     kubelet = Kubelet(

@@ -105,7 +105,8 @@ Listener = Callable[[str, dict[str, Any]], None]
 
 SECRET_IDLE_S = 600.0
 """A Secret watch no reconcile read for this long stops (its policy was deleted or now refers to
-another Secret). Every policy reads its Secret at least once a tick."""
+another Secret). Every policy reads its Secret at least once per resync period (a settled
+policy's routine runs read nothing: `settled`)."""
 
 WATCH_TIMEOUT_S = 300
 """timeoutSeconds of one watch; each stream draws between 80 % and 100 % of it, so the streams
@@ -243,6 +244,23 @@ class WatchCache:
                 if wanted.matches((objects[key].get("metadata") or {}).get("labels"))
             ]
         return [_copied(obj) for obj in chosen]
+
+    def versions(self, namespace: str, label_selector: str) -> tuple[tuple[str, str], ...]:
+        """(name, resourceVersion) of the objects `list` would return, without copying any: what
+        a settled policy's routine run compares to know that nothing it reads changed."""
+        wanted = Selector.parse(label_selector)
+        with self._lock:
+            objects = self._store.objects
+            indexed = objects.indexed_value(wanted)
+            if indexed is not None:
+                keys = sorted(objects.by_label.get((namespace, indexed), ()))
+            else:
+                keys = sorted(key for key in objects if key[0] == namespace)
+            return tuple(
+                (key[1], rv_of(objects[key]))
+                for key in keys
+                if wanted.matches((objects[key].get("metadata") or {}).get("labels"))
+            )
 
     # -- notes -----------------------------------------------------------------------------------
 
@@ -507,6 +525,24 @@ class Caches:
             return cache.list(namespace, label_selector)
         self._fell_back(kind)
         return self._client.list(api_version, kind, namespace, label_selector=label_selector)
+
+    def versions(self, namespace: str, label_selector: str) -> tuple[object, ...] | None:
+        """The resourceVersions of every cached object of `namespace` matching `label_selector`,
+        kind by kind, and of the namespace's Secrets read so far; None when a cache does not
+        cover the namespace or is not synced (what the reads would return is then not known
+        without a request). Equal answers mean the reads of a reconcile return the same objects."""
+        parts: list[object] = []
+        for kind, cache in self._kinds.items():
+            if not (cache.covers(namespace) and cache.synced()):
+                return None
+            parts.append((kind, cache.versions(namespace, label_selector)))
+        with self._lock:
+            secrets = sorted((key, cache) for key, (cache, _) in self._secrets.items() if key[0] == namespace)
+        for (_, name), cache in secrets:
+            if not cache.synced():
+                return None
+            parts.append(("Secret", name, cache.versions(namespace, "")))
+        return tuple(parts)
 
     # -- WriteListener ---------------------------------------------------------------------------
 

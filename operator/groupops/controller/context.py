@@ -23,6 +23,7 @@ from groupops.controller.lagread import PolicyLag
 from groupops.controller.metrics import Metrics
 from groupops.controller.render_common import PolicyRef
 from groupops.controller.settings import Settings
+from groupops.controller.settled import Settled
 from groupops.controller.sightings import LeaseSightings
 from groupops.controller.wakeup import Wakeup
 from groupops.kubeapi import KubeClient
@@ -95,6 +96,8 @@ class PolicyMemory:
     """The hysteresis, interval and autoscale history of damping (`decide`, planner/damping.py)."""
     targets: TargetMemo = field(default_factory=TargetMemo)
     """The last planning round's target and figures, for a round that asks the same (`decide`)."""
+    settled: Settled | None = None
+    """What the last full run saw when it ended settled (`settled`); None: the tick runs in full."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -138,6 +141,8 @@ class ReconcileResult:
     published: bool
     trigger: str | None
     status_written: bool
+    skipped: bool = False
+    """A routine run of a settled policy that found nothing changed and stopped there."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

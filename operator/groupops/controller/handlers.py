@@ -146,13 +146,13 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
     loops: dict[tuple[str, str], _PolicyLoop] = {}
     """The loop of every policy the operator knows, for the watches to reach."""
 
-    def reconcile_locked(body: Any, memory: PolicyMemory) -> bool:
+    def reconcile_locked(body: Any, memory: PolicyMemory, *, routine: bool = False) -> bool:
         """One reconcile under the policy's lock (waiting for a run in progress); False when the
         lock did not come. ReconcileFailure passes through to the caller."""
         if not memory.lock.acquire(timeout=_LOCK_WAIT_S):
             return False
         try:
-            result = reconcile(_plain(body), deps, memory)
+            result = reconcile(_plain(body), deps, memory, routine=routine)
         finally:
             memory.lock.release()
         memory.failures = 0
@@ -160,11 +160,12 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
             log.info("%s: epoch %d published (%s)", _name(body), result.epoch, result.trigger)
         return True
 
-    def run_in_loop(body: Any, memory: PolicyMemory) -> float | None:
+    def run_in_loop(body: Any, memory: PolicyMemory, *, routine: bool = False) -> float | None:
         """One reconcile (in a worker thread): returns a retry delay after a transient failure,
-        else None. Never raises: the loop must outlive every failure."""
+        else None. Never raises: the loop must outlive every failure. `routine`: the tick's run,
+        which a settled policy may skip (docs/design.md §8.3)."""
         try:
-            if not reconcile_locked(body, memory):
+            if not reconcile_locked(body, memory, routine=routine):
                 return 1.0  # another run of this policy holds the lock
         except ReconcileFailure as failure:
             if not failure.transient:
@@ -192,6 +193,9 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
             # by a spec change must reconcile the new spec, not the one it was queued with.
             return run_in_loop(entry.body, memory)
 
+        def tick_run() -> float | None:
+            return run_in_loop(entry.body, memory, routine=True)
+
         tick = settings.reconcile.tick_seconds
         next_tick = time.monotonic()  # a policy just seen is reconciled at once
         judged_until = time.monotonic()
@@ -214,7 +218,9 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
                 ran = await (
                     lanes.run_urgent(run)
                     if urgent
-                    else lanes.run_routine(run, wakeup=memory.wakeup, clock=memory.clock, stopping=stopping)
+                    else lanes.run_routine(
+                        tick_run, wakeup=memory.wakeup, clock=memory.clock, stopping=stopping, promoted=run
+                    )
                 )
                 if ran is None:
                     break  # stopped before it ran

@@ -53,11 +53,12 @@ class Lanes:
         wakeup: Wakeup,
         clock: LeaseClock,
         stopping: asyncio.Future[Any],
+        promoted: Callable[[], T] | None = None,
     ) -> Ran[T] | None:
-        """Run `call` in the routine lane, or in the urgent lane when a wake-up or an expiry comes
-        before it starts. None when `stopping` completed while it was still queued (it never ran).
-        `call` runs once, when it starts, in whichever lane: it must read what it works on then
-        (the policy as it is now), since what woke it may have changed that."""
+        """Run `call` in the routine lane, or `promoted` (default `call`) in the urgent lane when
+        a wake-up or an expiry comes before it starts. None when `stopping` completed while it was
+        still queued (it never ran). One of them runs once, when it starts: it must read what it
+        works on then (the policy as it is now), since what woke it may have changed that."""
         queued_at = time.monotonic()
         started_at: list[float] = []
 
@@ -82,7 +83,7 @@ class Lanes:
             if not (woken or expiry_due(now=time.monotonic(), clock=clock, judged_until=queued_at)):
                 continue  # the Lease we woke for was renewed meanwhile
             if queued.cancel():
-                return await _run_in(self.urgent, call, promoted=True)
+                return await _run_in(self.urgent, promoted or call, promoted=True)
             if woken:
                 wakeup.poke()
             break  # it already runs: the loop judges what came after its start

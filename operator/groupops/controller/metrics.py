@@ -109,6 +109,14 @@ class Metrics:
             labels,
             registry=self.registry,
         )
+        self.reconciles_skipped = Counter(
+            "groupops_reconciles_skipped",
+            "Routine runs (the tick's) of a settled policy that found nothing changed and stopped "
+            "after the lag read (docs/design.md §8.3); not counted in "
+            "groupops_reconcile_duration_seconds.",
+            labels,
+            registry=self.registry,
+        )
         self.handoff_seconds = Histogram(
             "groupops_handoff_duration_seconds",
             "From a partition leaving its owner's set to its release settling (acknowledged or fenced).",
@@ -318,6 +326,7 @@ class Metrics:
             self.plan_writes_refused,
             self.moves,
             self.reconcile_seconds,
+            self.reconciles_skipped,
             self.handoff_seconds,
         ):
             with contextlib.suppress(KeyError):

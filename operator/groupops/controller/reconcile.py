@@ -45,7 +45,13 @@ from groupops.controller.context import (
     ReconcileResult,
     RunContext,
 )
-from groupops.controller.decide import Decision, autoscaled_replicas, decide
+from groupops.controller.decide import (
+    Decision,
+    autoscaled_replicas,
+    damping_settings,
+    decide,
+    seconds_since,
+)
 from groupops.controller.guard import GuardError
 from groupops.controller.identities import IdentityView, identity_view, pod_ordinals
 from groupops.controller.kafkaguard import (
@@ -78,7 +84,8 @@ from groupops.controller.render_plan import (
     read_plan_configmap,
     render_plan_configmap,
 )
-from groupops.controller.report import fail, write_status
+from groupops.controller.report import fail, progress_shown, write_status
+from groupops.controller.settled import Settled, comparable, unsettled_reason
 from groupops.controller.spec import PolicySpec, SpecError, parse_policy
 from groupops.kubeapi import Conflict, Forbidden, KubeError, NotFound, Rejected
 from groupops.lag import (
@@ -95,6 +102,7 @@ from groupops.lag.history import PlannedOwners
 from groupops.lag.registry import SourceContext, build_lag_source
 from groupops.lag.reset import apply_reset, read_reset
 from groupops.model import MemberId, TopicPartition
+from groupops.planner.damping import decides_again_in
 from groupops.planner.handoff import HandoffError, HandoffResult, MemberState, fence_epoch, predicted_plan
 from groupops.planner.plan_format import PublishedPlan, fence_annotations, lease_record
 from groupops.planner.plan_size import plan_configmap_problem
@@ -105,8 +113,12 @@ __all__ = ["Deps", "PolicyMemory", "ReconcileFailure", "ReconcileResult", "recon
 log = logging.getLogger(__name__)
 
 
-def reconcile(body: Mapping[str, Any], deps: Deps, memory: PolicyMemory) -> ReconcileResult:
-    """Run every step once for the policy `body` (the full resource as last seen)."""
+def reconcile(
+    body: Mapping[str, Any], deps: Deps, memory: PolicyMemory, *, routine: bool = False
+) -> ReconcileResult:
+    """Run every step once for the policy `body` (the full resource as last seen). `routine`: the
+    tick's run, nothing woke it; for a settled policy it stops after the lag read when nothing
+    it reads changed (`settled`, docs/design.md §8.3)."""
     policy = PolicyRef.from_body(body)
     spec_obj = body.get("spec") or {}
     adapter = PolicyLog(
@@ -114,18 +126,70 @@ def reconcile(body: Mapping[str, Any], deps: Deps, memory: PolicyMemory) -> Reco
     )
     run = RunContext(policy=policy, body=body, deps=deps, memory=memory, now=deps.wall_clock(), log=adapter)
     started = time.monotonic()
+    settled, memory.settled = memory.settled, None  # a run that does not settle again leaves none
+    pretaken, skipped = None, False
     try:
-        return _reconcile(run)
+        if routine and settled is not None:
+            outcome = _unless_settled(run, settled)
+            if isinstance(outcome, ReconcileResult):
+                memory.settled, skipped = settled, True
+                deps.metrics.reconciles_skipped.labels(policy.namespace, policy.name).inc()
+                return outcome
+            pretaken = outcome
+        return _reconcile(run, pretaken)
     except ReconcileFailure as failure:
         deps.metrics.errors.labels(policy.namespace, policy.name, failure.reason).inc()
         raise
     finally:
-        deps.metrics.reconcile_seconds.labels(policy.namespace, policy.name).observe(
-            time.monotonic() - started
-        )
+        if not skipped:
+            deps.metrics.reconcile_seconds.labels(policy.namespace, policy.name).observe(
+                time.monotonic() - started
+            )
 
 
-def _reconcile(run: RunContext) -> ReconcileResult:
+_Lag = tuple[LagSnapshot, tuple[str, str] | None, Windows | None]
+
+
+def _unless_settled(run: RunContext, settled: Settled) -> ReconcileResult | _Lag | None:
+    """A skipped run's result when the settled policy's inputs, lag and replicas' progress are as
+    its last full run saw them and `settled.until` has not come; otherwise the lag this check
+    read (the full run plans on it: same inputs, same read), or None when it read none."""
+    if time.monotonic() >= settled.until or _inputs_of(run) != settled.inputs:
+        return None
+    lag = _read_lag(
+        run, settled.spec, settled.client_config, previous=settled.previous, has_plan=settled.has_plan
+    )
+    snapshot, degraded, _ = lag
+    if degraded is not None or comparable(snapshot) != settled.lag or _progress_behind(run, settled.leases):
+        return lag
+    return ReconcileResult(
+        epoch=settled.previous.epoch, published=False, trigger=None, status_written=False, skipped=True
+    )
+
+
+def _inputs_of(run: RunContext) -> tuple[object, ...] | None:
+    """What a run reads from the API, by resourceVersion: the policy and, from the watch caches,
+    every object it owns and the Secrets of its namespace (None: no caches, or one not synced)."""
+    caches = run.deps.caches
+    if caches is None:
+        return None
+    owned = caches.versions(run.policy.namespace, owned_selector(run.policy.name))
+    if owned is None:
+        return None
+    return (run.body.get("metadata", {}).get("resourceVersion"), owned)
+
+
+def _progress_behind(run: RunContext, leases: Sequence[str]) -> bool:
+    """A replica's heartbeats report progress far enough behind for status to show it."""
+    book = run.deps.heartbeats
+    if book is None:
+        return False
+    heard = (book.progress_of(run.policy.namespace, lease) for lease in leases)
+    return any(progress is not None and progress_shown(progress) for progress in heard)
+
+
+def _reconcile(run: RunContext, pretaken: _Lag | None) -> ReconcileResult:
+    inputs = _inputs_of(run)  # before anything is read: a change while the run reads unsettles it
     # -- spec ------------------------------------------------------------------------------------
     try:
         spec = parse_policy(_with_cluster_defaults(run, run.body.get("spec")))
@@ -167,7 +231,7 @@ def _reconcile(run: RunContext) -> ReconcileResult:
         previous = floor_plan(spec.strategy.type, epoch_floor)
 
     # -- lag -------------------------------------------------------------------------------------
-    snapshot, degraded, windows = _read_lag(
+    snapshot, degraded, windows = pretaken or _read_lag(
         run, spec, client_config, previous=previous, has_plan=observed is not None
     )
     # A topic that does not exist (deleted, not created yet) is planned as Kafka's assignors do:
@@ -252,7 +316,7 @@ def _reconcile(run: RunContext) -> ReconcileResult:
             fence.silent_heartbeat_holders(view, previous)
         now_plan = _publish(run, decision, result, configmap, observed)
         _note_fleet(run, spec, now_plan, handed_over(previous, now_plan) if now_plan is not previous else 0)
-        _record_plan_progress(run, spec, now_plan, leases_by_identity, fenced=fence.fenced)
+        behind = _record_plan_progress(run, spec, now_plan, leases_by_identity, fenced=fence.fenced)
         if run.deps.heartbeats is not None:
             run.deps.heartbeats.note_published(run.policy.namespace, run.policy.name, now_plan.epoch)
         view = view_of(now_plan)
@@ -282,11 +346,78 @@ def _reconcile(run: RunContext) -> ReconcileResult:
         in_progress=_in_progress(now_plan, view, replicas),
         windows=windows,
     )
+    run.memory.settled = _settled_after(
+        run,
+        spec,
+        inputs=inputs,
+        lag_read=(client_config, observed is not None),
+        snapshot=snapshot,
+        view=view,
+        unsettled=unsettled_reason(
+            spec=spec,
+            plan=now_plan,
+            published=now_plan is not previous,
+            trigger=decision.trigger,
+            waiting=decision.waiting,
+            view=view,
+            startup_grace=settings.reconcile.startup_grace_seconds,
+            degraded=degraded is not None,
+            behind=behind,
+            time_lag_known=windows is not None,
+            total_lag=snapshot.total(),
+            stall_handoffs=bool(run.memory.stall_handoffs),
+            offset_reset=reset.active,
+        ),
+        plan=now_plan,
+    )
     return ReconcileResult(
         epoch=now_plan.epoch,
         published=now_plan.epoch != previous.epoch,
         trigger=decision.trigger,
         status_written=written,
+    )
+
+
+def _settled_after(
+    run: RunContext,
+    spec: PolicySpec,
+    *,
+    inputs: tuple[object, ...] | None,
+    lag_read: tuple[Mapping[str, str], bool],
+    snapshot: LagSnapshot,
+    view: IdentityView,
+    unsettled: str | None,
+    plan: PublishedPlan,
+) -> Settled | None:
+    """What the next routine runs compare (`settled`), when this full run left no rule waiting
+    on time; None otherwise. `lag_read`: the client config and has-plan its lag read used."""
+    resync = run.deps.settings.reconcile.resync_seconds
+    if inputs is None or resync <= 0:
+        return None
+    leases = tuple(lease_name(run.policy.name, identity) for identity in view.identities_by_ordinal.values())
+    if unsettled is None and _progress_behind(run, leases):
+        unsettled = "a replica's progress is behind"
+    due = decides_again_in(
+        state=run.memory.damping.triggers,
+        seconds_since_rebalance=seconds_since(run.status.get("lastRebalance"), run.now),
+        now=run.now.timestamp(),
+        settings=damping_settings(spec),
+    )
+    if unsettled is None and due <= 0:
+        unsettled = "the rebalance interval is due"
+    if unsettled is not None:
+        run.log.debug("not settled: %s", unsettled)
+        return None
+    client_config, has_plan = lag_read
+    return Settled(
+        inputs=inputs,
+        lag=comparable(snapshot),
+        spec=spec,
+        client_config=client_config,
+        previous=plan,
+        has_plan=has_plan,
+        leases=leases,
+        until=time.monotonic() + min(resync, due),
     )
 
 
@@ -390,6 +521,11 @@ class _OffsetReset:
             f"waiting for the owners of {len(partitions)} partitions to release them",
             request=request,
         )
+
+    @property
+    def active(self) -> bool:
+        """A reset is asked for and not finished, or this run changed its status."""
+        return self._request is not None or self.status is not None
 
     def _refusal(self) -> str | None:
         if self._request is not None and self._request.execute and self._spec.dry_run:
@@ -755,10 +891,10 @@ def _record_plan_progress(
     leases: Mapping[str, Mapping[str, Any] | None],
     *,
     fenced: Collection[str] = (),
-) -> None:
+) -> int:
     """The gauges of the plan in force after this run, set on every run (so they go back to 0
-    once the handoffs are done): its members that have not acknowledged its epoch, its pending
-    releases, and the age of the oldest. `leases` are as the run read them; those it `fenced`
+    once the handoffs are done): its members that have not acknowledged its epoch (returned),
+    its pending releases, and the age of the oldest. `leases` are as the run read them; those it `fenced`
     since are void. With delivery native nobody acknowledges epochs (Kafka's generations fence):
     nobody is behind."""
     metrics, ns, name = run.deps.metrics, run.policy.namespace, run.policy.name
@@ -775,6 +911,7 @@ def _record_plan_progress(
     oldest = min((release.since for release in plan.releasing.values()), default=None)
     age = 0.0 if oldest is None else max(0.0, run.now.timestamp() - oldest)
     metrics.oldest_handoff_seconds.labels(ns, name).set(age)
+    return behind
 
 
 def _behind(state: MemberState, epoch: int) -> bool:

@@ -43,10 +43,12 @@ class ReconcileSettings:
     tick_seconds: how often each policy is reconciled when nothing wakes it sooner (a Lease change
     or expiry does); the rebalance interval of the policy is judged at each tick, so it is the
     resolution of `rebalance.interval` and of lag in status.
-    A steady reconcile reads only the watch caches (no API request) and costs about 3.6 ms of
-    operator CPU: 1,000 policies at 5 s (200 reconciles/s, 3,000 replicas) take about 65 % of
-    one core (benchmarks/RESULTS.md "Liveness", cheaper steady reconciles); beyond that, raise
-    the tick. Failover, handoffs and spec changes do not wait for the tick (§8.3 of the design).
+    A full reconcile reads only the watch caches (no API request) and costs about 3.6 ms of
+    operator CPU; a settled policy's tick stops after its lag read when nothing changed
+    (`resync_seconds`). Busy groups (offsets moving at every read) run in full at every tick:
+    1,000 of them at 5 s take about 65 % of one core (benchmarks/RESULTS.md "Liveness"); beyond
+    that, raise the tick. Failover, handoffs and spec changes do not wait for the tick (§8.3 of
+    the design).
     workers: reconciles running at once (threads; each mostly waits on the API server).
     urgent_workers: more threads, only for the runs something woke (a Lease changed or expired, the
     spec changed, a late lag read landed): failover and handoff steps do not queue behind the
@@ -59,6 +61,11 @@ class ReconcileSettings:
     the duration after its last successful renewal, so 4 s tolerates two missed renewals and
     keeps failover within 5 s; raise it where the API server is slow to answer.
     lag_timeout_seconds: budget of one lag read.
+    resync_seconds: the longest a settled policy goes without a full reconcile. A routine run (the
+    tick's: nothing woke it) of a policy whose last full run left no rule waiting on time, and
+    whose inputs (its objects in the watch caches, its lag, its replicas' progress) are as that
+    run saw them, is skipped (`settled`, docs/design.md §8.3); every `resync_seconds`, and at its
+    next rebalance interval, it runs in full all the same. 0 never skips.
     startup_grace_seconds: how long a replica whose consumer has not started yet keeps the
     partitions the plan already gives it while other replicas run (the pods of a new policy
     start seconds apart); after that its partitions go to replicas that run.
@@ -70,6 +77,7 @@ class ReconcileSettings:
     lease_duration_seconds: int = DEFAULT_LEASE_DURATION_S
     lag_timeout_seconds: float = 10.0
     startup_grace_seconds: float = 30.0
+    resync_seconds: float = 60.0
     workers: int = 16
     urgent_workers: int = 4
 

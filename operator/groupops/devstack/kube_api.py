@@ -25,6 +25,8 @@ _PATHS = {
     "Secret": "/api/v1/namespaces/{ns}/secrets",
     "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
     "Lease": "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases",
+    "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+    "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
     "ConsumerGroupPolicy": "/apis/groupops.dev/v1alpha1/namespaces/{ns}/consumergrouppolicies",
     "ConsumerGroupCluster": "/apis/groupops.dev/v1alpha1/consumergroupclusters",
     "Event": "/api/v1/namespaces/{ns}/events",

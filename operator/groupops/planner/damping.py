@@ -68,6 +68,7 @@ __all__ = [
     "Verdict",
     "count_shortfall",
     "damp",
+    "decides_again_in",
     "improvement",
     "judge",
     "lag_trigger",
@@ -269,6 +270,25 @@ def damp(
     if candidate in LAG_DRIVEN and after.imbalance > settings.rearm_below:
         published = replace(published, armed=False)
     return Damped(trigger=candidate, candidate=candidate, verdict=verdict, state=published, unpublished=base)
+
+
+def decides_again_in(
+    *, state: TriggerState, seconds_since_rebalance: float | None, now: float, settings: DampingSettings
+) -> float:
+    """Seconds until `damp` could decide otherwise on the same figures, through the passing of
+    time alone (0: now). Time enters it twice: the cooldown, which holds every damped candidate
+    until it ends, and the interval, whose evaluation comes due (`lag_trigger`). Everything else
+    it reads is a figure or the trigger state, which only a run changes. A run that skips
+    (`controller.settled`) must not sleep past this moment."""
+    since_evaluation = None if state.evaluated_at is None else now - state.evaluated_at
+    interval_in = max(
+        0.0 if since is None else settings.interval_seconds - since
+        for since in (seconds_since_rebalance, since_evaluation)
+    )
+    waits = [max(0.0, interval_in)]
+    if seconds_since_rebalance is not None and seconds_since_rebalance < settings.cooldown_seconds:
+        waits.append(settings.cooldown_seconds - max(0.0, seconds_since_rebalance))
+    return min(waits)
 
 
 def count_shortfall(

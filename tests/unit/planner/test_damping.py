@@ -28,6 +28,7 @@ from groupops.planner.damping import (
     TriggerState,
     count_shortfall,
     damp,
+    decides_again_in,
     improvement,
     judge,
     lag_trigger,
@@ -659,3 +660,70 @@ def test_a_fresh_memory_does_not_scale_down_within_its_first_window(
         if now < down:
             assert count == max(current, recommended), "no scale-down within the window"
     assert count == recommended
+
+
+# -- when a settled policy may sleep (controller/settled.py) ------------------------------------
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    armed=st.booleans(),
+    evaluated_ago=st.none() | st.floats(0, 400),
+    before=st.floats(1.0, 3.0),
+    after=st.floats(1.0, 3.0),
+    counts_nearer=st.booleans(),
+    since=st.none() | st.floats(-5, 400),
+    cooldown=st.floats(0, 200),
+    interval=st.floats(1, 200),
+    fraction=st.floats(0, 1, exclude_max=True),
+)
+def test_nothing_damping_decides_changes_before_it_says_it_decides_again(
+    armed: bool,
+    evaluated_ago: float | None,
+    before: float,
+    after: float,
+    counts_nearer: bool,
+    since: float | None,
+    cooldown: float,
+    interval: float,
+    fraction: float,
+) -> None:
+    """A run that published nothing leaves `state`; `decides_again_in` says when time alone could
+    change that. Any run before then, on the same figures, decides nothing either and leaves the
+    state as it is: so a settled policy's skipped ticks miss nothing of damping."""
+    tuned = DampingSettings(
+        imbalance_threshold=1.2, min_improvement=0.1, cooldown_seconds=cooldown, interval_seconds=interval
+    )
+    now = 1000.0
+    state = TriggerState(armed=armed, evaluated_at=None if evaluated_ago is None else now - evaluated_ago)
+
+    def at(moment: float, state: TriggerState) -> Damped:
+        return damp(
+            state=state,
+            before=figures(before),
+            after=figures(after),
+            counts_nearer=counts_nearer,
+            seconds_since_rebalance=None if since is None else since + (moment - now),
+            now=moment,
+            settings=tuned,
+        )
+
+    first = at(now, state)
+    if first.trigger is not None:
+        return  # a run that publishes is not settled, whatever comes next
+    wait = decides_again_in(state=first.state, seconds_since_rebalance=since, now=now, settings=tuned)
+    assert wait >= 0.0
+    if wait == 0.0:
+        return
+    later = at(now + fraction * wait, first.state)
+    assert later.trigger is None
+    assert later.state == first.state, "an interval evaluation or a re-arm came before the wait ended"
+
+
+def test_decides_again_at_the_end_of_the_cooldown_or_of_the_interval_whichever_first() -> None:
+    evaluated = TriggerState(evaluated_at=1000.0)
+    assert decides_again_in(state=evaluated, seconds_since_rebalance=10, now=1000, settings=DEFAULTS) == 20
+    assert decides_again_in(state=evaluated, seconds_since_rebalance=45, now=1040, settings=DEFAULTS) == 20
+    assert decides_again_in(state=evaluated, seconds_since_rebalance=None, now=1030, settings=DEFAULTS) == 30
+    never = TriggerState()
+    assert decides_again_in(state=never, seconds_since_rebalance=None, now=1000, settings=DEFAULTS) == 0
