@@ -316,7 +316,7 @@ def _reconcile(run: RunContext, pretaken: _Lag | None) -> ReconcileResult:
             fence.silent_heartbeat_holders(view, previous)
         now_plan = _publish(run, decision, result, configmap, observed)
         _note_fleet(run, spec, now_plan, handed_over(previous, now_plan) if now_plan is not previous else 0)
-        behind = _record_plan_progress(run, spec, now_plan, leases_by_identity, fenced=fence.fenced)
+        _record_plan_progress(run, spec, now_plan, leases_by_identity, fenced=fence.fenced)
         if run.deps.heartbeats is not None:
             run.deps.heartbeats.note_published(run.policy.namespace, run.policy.name, now_plan.epoch)
         view = view_of(now_plan)
@@ -362,7 +362,6 @@ def _reconcile(run: RunContext, pretaken: _Lag | None) -> ReconcileResult:
             view=view,
             startup_grace=settings.reconcile.startup_grace_seconds,
             degraded=degraded is not None,
-            behind=behind,
             time_lag_known=windows is not None,
             total_lag=snapshot.total(),
             stall_handoffs=bool(run.memory.stall_handoffs),
@@ -891,10 +890,10 @@ def _record_plan_progress(
     leases: Mapping[str, Mapping[str, Any] | None],
     *,
     fenced: Collection[str] = (),
-) -> int:
+) -> None:
     """The gauges of the plan in force after this run, set on every run (so they go back to 0
-    once the handoffs are done): its members that have not acknowledged its epoch (returned),
-    its pending releases, and the age of the oldest. `leases` are as the run read them; those it `fenced`
+    once the handoffs are done): its members that have not acknowledged its epoch, its pending
+    releases, and the age of the oldest. `leases` are as the run read them; those it `fenced`
     since are void. With delivery native nobody acknowledges epochs (Kafka's generations fence):
     nobody is behind."""
     metrics, ns, name = run.deps.metrics, run.policy.namespace, run.policy.name
@@ -911,7 +910,6 @@ def _record_plan_progress(
     oldest = min((release.since for release in plan.releasing.values()), default=None)
     age = 0.0 if oldest is None else max(0.0, run.now.timestamp() - oldest)
     metrics.oldest_handoff_seconds.labels(ns, name).set(age)
-    return behind
 
 
 def _behind(state: MemberState, epoch: int) -> bool:

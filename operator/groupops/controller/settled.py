@@ -66,7 +66,6 @@ def unsettled_reason(
     view: IdentityView,
     startup_grace: float,
     degraded: bool,
-    behind: int,
     time_lag_known: bool,
     total_lag: int,
     stall_handoffs: bool,
@@ -94,8 +93,6 @@ def unsettled_reason(
             return f"{identity}'s Lease ran out: its holder is fenced"
         if state.never_taken and state.silent_for < startup_grace:
             return f"{identity} is in its startup grace"
-    if behind:
-        return "a replica has not acknowledged the plan"
     if time_lag_known and total_lag > 0:
         return "time lag grows while lag stands"
     if stall_handoffs:
