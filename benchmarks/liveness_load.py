@@ -1194,6 +1194,9 @@ class Point:
             "reconciles_per_s": counted.get("reconciles", 0.0),
             "skipped_ticks_per_s": counted.get("skipped", 0.0),
             "operator_main_cpu_ms_per_reconcile": per_reconcile_ms(cpu_percent, counted.get("reconciles", 0)),
+            "operator_main_cpu_ms_per_tick": per_reconcile_ms(
+                cpu_percent, counted.get("reconciles", 0) + counted.get("skipped", 0)
+            ),
             "udp_datagrams_dropped_in_window": {
                 name: None if after is None or before is None else after - before
                 for (name, after), before in zip(drops_after.items(), drops_before.values(), strict=True)
@@ -1522,6 +1525,10 @@ def markdown_table(figures: dict[str, dict[str, Any]]) -> str:
         (
             "operator main process CPU per reconcile",
             lambda f: f"{f['steady']['operator_main_cpu_ms_per_reconcile']} ms",
+        ),
+        (
+            "operator main process CPU per tick (reconciled or skipped)",
+            lambda f: f"{f['steady'].get('operator_main_cpu_ms_per_tick', 'n/a')} ms",
         ),
         ("CPU operator (% of one core)", cpu("operator")),
         ("of which its heartbeat process", cpu("heartbeat process")),

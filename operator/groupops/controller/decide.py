@@ -93,6 +93,9 @@ class Decision:
     budget_granted: bool = False  # the budget granted it (and counted its moves)
     pipeline_plan_applied: str | None = None  # the pipeline plan's id, when this publishes it
     published: bool = False
+    damping_quiet_s: float = 0.0
+    """How long damping decides nothing new on the same figures (`Damped.quiet_s`; 0 when it did
+    not run): a settled policy's skipped ticks must not outlast it (`settled`)."""
 
 
 def decide(  # noqa: PLR0917 - one call site, the reconcile's named steps
@@ -162,6 +165,7 @@ def decide(  # noqa: PLR0917 - one call site, the reconcile's named steps
         max_lag_before=before["max_member_lag"] if before else None,
         max_lag_after=after["max_member_lag"],
         imbalance=before["imbalance"] if before else after["imbalance"],
+        damping_quiet_s=0.0 if damped is None else damped.quiet_s,
     )
     if spec.dry_run:
         return replace(keep, target=None, shown=entries, imbalance=after["imbalance"], waiting="DryRun")

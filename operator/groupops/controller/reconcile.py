@@ -45,13 +45,7 @@ from groupops.controller.context import (
     ReconcileResult,
     RunContext,
 )
-from groupops.controller.decide import (
-    Decision,
-    autoscaled_replicas,
-    damping_settings,
-    decide,
-    seconds_since,
-)
+from groupops.controller.decide import Decision, autoscaled_replicas, decide
 from groupops.controller.guard import GuardError
 from groupops.controller.identities import IdentityView, identity_view, pod_ordinals
 from groupops.controller.kafkaguard import (
@@ -102,7 +96,6 @@ from groupops.lag.history import PlannedOwners
 from groupops.lag.registry import SourceContext, build_lag_source
 from groupops.lag.reset import apply_reset, read_reset
 from groupops.model import MemberId, TopicPartition
-from groupops.planner.damping import decides_again_in
 from groupops.planner.handoff import HandoffError, HandoffResult, MemberState, fence_epoch, predicted_plan
 from groupops.planner.plan_format import PublishedPlan, fence_annotations, lease_record
 from groupops.planner.plan_size import plan_configmap_problem
@@ -368,6 +361,7 @@ def _reconcile(run: RunContext, pretaken: _Lag | None) -> ReconcileResult:
             offset_reset=reset.active,
         ),
         plan=now_plan,
+        quiet_s=decision.damping_quiet_s,
     )
     return ReconcileResult(
         epoch=now_plan.epoch,
@@ -387,23 +381,19 @@ def _settled_after(
     view: IdentityView,
     unsettled: str | None,
     plan: PublishedPlan,
+    quiet_s: float,
 ) -> Settled | None:
     """What the next routine runs compare (`settled`), when this full run left no rule waiting
-    on time; None otherwise. `lag_read`: the client config and has-plan its lag read used."""
+    on time; None otherwise. `lag_read`: the client config and has-plan its lag read used;
+    `quiet_s`: how long damping stays quiet on these figures (`Decision.damping_quiet_s`)."""
     resync = run.deps.settings.reconcile.resync_seconds
     if inputs is None or resync <= 0:
         return None
     leases = tuple(lease_name(run.policy.name, identity) for identity in view.identities_by_ordinal.values())
     if unsettled is None and _progress_behind(run, leases):
         unsettled = "a replica's progress is behind"
-    due = decides_again_in(
-        state=run.memory.damping.triggers,
-        seconds_since_rebalance=seconds_since(run.status.get("lastRebalance"), run.now),
-        now=run.now.timestamp(),
-        settings=damping_settings(spec),
-    )
-    if unsettled is None and due <= 0:
-        unsettled = "the rebalance interval is due"
+    if unsettled is None and quiet_s <= 0:
+        unsettled = "damping's cooldown or interval is due"
     if unsettled is not None:
         run.log.debug("not settled: %s", unsettled)
         return None
@@ -416,7 +406,7 @@ def _settled_after(
         previous=plan,
         has_plan=has_plan,
         leases=leases,
-        until=time.monotonic() + min(resync, due),
+        until=time.monotonic() + min(resync, quiet_s),
     )
 
 

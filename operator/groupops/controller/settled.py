@@ -12,7 +12,7 @@ skips) then compares, in `reconcile`, before it parses or reads anything else:
 2. its lag, read as every run reads it, but for the moment it was taken (`comparable`);
 3. its replicas' progress as heartbeats report it: none far enough behind to be shown;
 4. the clock: it is before `Settled.until`, the earlier of the resync period and the moment
-   damping could decide otherwise on the same figures (`planner.damping.decides_again_in`).
+   damping could decide otherwise on the same figures (`planner.damping.Damped.quiet_s`).
 
 All equal, the run ends there: the full run would read the same objects and the same lag, and
 no rule of it depends on anything else, so it would decide, write and report what the settled

@@ -47,6 +47,7 @@ parts, exported for their tests.
 from __future__ import annotations
 
 import enum
+import math
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -68,7 +69,6 @@ __all__ = [
     "Verdict",
     "count_shortfall",
     "damp",
-    "decides_again_in",
     "improvement",
     "judge",
     "lag_trigger",
@@ -220,6 +220,11 @@ class Damped:
     verdict: Verdict | None = None
     state: TriggerState
     unpublished: TriggerState
+    quiet_s: float = 0.0
+    """Seconds from `now` during which a run on the same figures, from `state`, decides no
+    trigger and leaves `state` as it is (0 when this one publishes; `math.inf`: until the
+    figures change). A policy whose inputs do not change may skip its runs until then
+    (`controller.settled`)."""
 
 
 def damp(
@@ -253,8 +258,20 @@ def damp(
             over_goal=over_goal,
         )
     )
+
+    def quiet(state: TriggerState) -> float:
+        return _quiet_for(
+            state=state,
+            before=before,
+            counts_nearer=counts_nearer,
+            over_goal=over_goal,
+            seconds_since_rebalance=seconds_since_rebalance,
+            now=now,
+            settings=settings,
+        )
+
     if candidate is None:
-        return Damped(trigger=None, state=base, unpublished=base)
+        return Damped(trigger=None, state=base, unpublished=base, quiet_s=quiet(base))
     verdict = judge(
         trigger=candidate,
         before_max=before.max_member_lag,
@@ -265,29 +282,43 @@ def damp(
     evaluated = replace(base, evaluated_at=now) if candidate is Trigger.INTERVAL else base
     if not verdict.publish:
         held = evaluated if verdict.hold is Hold.TOO_LITTLE else base
-        return Damped(trigger=None, candidate=candidate, verdict=verdict, state=held, unpublished=held)
+        quiet_s = quiet(held)
+        return Damped(
+            trigger=None, candidate=candidate, verdict=verdict, state=held, unpublished=held, quiet_s=quiet_s
+        )
     published = evaluated
     if candidate in LAG_DRIVEN and after.imbalance > settings.rearm_below:
         published = replace(published, armed=False)
     return Damped(trigger=candidate, candidate=candidate, verdict=verdict, state=published, unpublished=base)
 
 
-def decides_again_in(
-    *, state: TriggerState, seconds_since_rebalance: float | None, now: float, settings: DampingSettings
+def _quiet_for(
+    *,
+    state: TriggerState,
+    before: Figures,
+    counts_nearer: bool,
+    over_goal: bool,
+    seconds_since_rebalance: float | None,
+    now: float,
+    settings: DampingSettings,
 ) -> float:
-    """Seconds until `damp` could decide otherwise on the same figures, through the passing of
-    time alone (0: now). Time enters it twice: the cooldown, which holds every damped candidate
-    until it ends, and the interval, whose evaluation comes due (`lag_trigger`). Everything else
-    it reads is a figure or the trigger state, which only a run changes. A run that skips
-    (`controller.settled`) must not sleep past this moment."""
-    since_evaluation = None if state.evaluated_at is None else now - state.evaluated_at
-    interval_in = max(
-        0.0 if since is None else settings.interval_seconds - since
-        for since in (seconds_since_rebalance, since_evaluation)
-    )
-    waits = [max(0.0, interval_in)]
+    """`Damped.quiet_s` of a run that publishes nothing and leaves `state`. Time enters `damp`
+    twice: the cooldown, which holds every candidate until it ends (`judge`), and the interval's
+    evaluation, which comes due (`lag_trigger`) unless a candidate the figures raise comes first
+    (counts nearer the fair share, the imbalance trigger armed and above its threshold, the group
+    behind its time-lag goal): on the same figures that candidate comes first again, and once
+    past the cooldown its verdict is the same at every run."""
+    waits = [math.inf]
     if seconds_since_rebalance is not None and seconds_since_rebalance < settings.cooldown_seconds:
         waits.append(settings.cooldown_seconds - max(0.0, seconds_since_rebalance))
+    raised = counts_nearer or over_goal or (state.armed and before.imbalance > settings.imbalance_threshold)
+    if not raised:
+        since_evaluation = None if state.evaluated_at is None else now - state.evaluated_at
+        interval_in = max(
+            0.0 if since is None else settings.interval_seconds - since
+            for since in (seconds_since_rebalance, since_evaluation)
+        )
+        waits.append(max(0.0, interval_in))
     return min(waits)
 
 

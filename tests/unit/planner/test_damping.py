@@ -28,7 +28,6 @@ from groupops.planner.damping import (
     TriggerState,
     count_shortfall,
     damp,
-    decides_again_in,
     improvement,
     judge,
     lag_trigger,
@@ -665,32 +664,34 @@ def test_a_fresh_memory_does_not_scale_down_within_its_first_window(
 # -- when a settled policy may sleep (controller/settled.py) ------------------------------------
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(
     armed=st.booleans(),
     evaluated_ago=st.none() | st.floats(0, 400),
     before=st.floats(1.0, 3.0),
     after=st.floats(1.0, 3.0),
     counts_nearer=st.booleans(),
+    over_goal=st.booleans(),
     since=st.none() | st.floats(-5, 400),
     cooldown=st.floats(0, 200),
     interval=st.floats(1, 200),
-    fraction=st.floats(0, 1, exclude_max=True),
+    fraction=st.floats(0, 0.999),  # 1000 + 0.9999999999999998 is 1001.0 in floats: the boundary itself
 )
-def test_nothing_damping_decides_changes_before_it_says_it_decides_again(
+def test_nothing_damping_decides_changes_while_it_says_it_stays_quiet(
     armed: bool,
     evaluated_ago: float | None,
     before: float,
     after: float,
     counts_nearer: bool,
+    over_goal: bool,
     since: float | None,
     cooldown: float,
     interval: float,
     fraction: float,
 ) -> None:
-    """A run that published nothing leaves `state`; `decides_again_in` says when time alone could
-    change that. Any run before then, on the same figures, decides nothing either and leaves the
-    state as it is: so a settled policy's skipped ticks miss nothing of damping."""
+    """A run that published nothing leaves `state` and says how long it stays quiet. Any run
+    before then, on the same figures, decides nothing either and leaves the state as it is: so
+    a settled policy's skipped ticks miss nothing of damping."""
     tuned = DampingSettings(
         imbalance_threshold=1.2, min_improvement=0.1, cooldown_seconds=cooldown, interval_seconds=interval
     )
@@ -706,24 +707,36 @@ def test_nothing_damping_decides_changes_before_it_says_it_decides_again(
             seconds_since_rebalance=None if since is None else since + (moment - now),
             now=moment,
             settings=tuned,
+            over_goal=over_goal,
         )
 
     first = at(now, state)
     if first.trigger is not None:
-        return  # a run that publishes is not settled, whatever comes next
-    wait = decides_again_in(state=first.state, seconds_since_rebalance=since, now=now, settings=tuned)
-    assert wait >= 0.0
-    if wait == 0.0:
+        assert first.quiet_s == 0.0
         return
-    later = at(now + fraction * wait, first.state)
+    assert first.quiet_s >= 0.0
+    if first.quiet_s == 0.0:
+        return
+    later = at(now + fraction * min(first.quiet_s, 10_000.0), first.state)
     assert later.trigger is None
-    assert later.state == first.state, "an interval evaluation or a re-arm came before the wait ended"
+    assert later.state == first.state, "an interval evaluation or a re-arm came before the quiet ended"
 
 
-def test_decides_again_at_the_end_of_the_cooldown_or_of_the_interval_whichever_first() -> None:
+def test_quiet_until_the_cooldown_ends_or_the_interval_comes_due_whichever_first() -> None:
+    calm = figures(1.1)
     evaluated = TriggerState(evaluated_at=1000.0)
-    assert decides_again_in(state=evaluated, seconds_since_rebalance=10, now=1000, settings=DEFAULTS) == 20
-    assert decides_again_in(state=evaluated, seconds_since_rebalance=45, now=1040, settings=DEFAULTS) == 20
-    assert decides_again_in(state=evaluated, seconds_since_rebalance=None, now=1030, settings=DEFAULTS) == 30
-    never = TriggerState()
-    assert decides_again_in(state=never, seconds_since_rebalance=None, now=1000, settings=DEFAULTS) == 0
+    assert run_damp(evaluated, calm, calm, since=10, now=1000).quiet_s == 20, "the cooldown ends"
+    assert run_damp(evaluated, calm, calm, since=45, now=1040).quiet_s == 20, "the interval comes due"
+    assert run_damp(evaluated, calm, calm, since=None, now=1030).quiet_s == 30
+    looked = run_damp(TriggerState(), calm, figures(1.05), since=None, now=1000)
+    assert looked.candidate is Trigger.INTERVAL
+    assert looked.quiet_s == 60, "evaluated now: the next evaluation is one interval away"
+
+
+def test_an_imbalance_with_no_better_plan_stays_quiet_until_the_figures_change() -> None:
+    """Armed and above the threshold, the imbalance trigger comes before the interval at every
+    run; with no plan better enough its verdict stays too little, whatever the time."""
+    stuck = run_damp(TriggerState(), figures(1.5), figures(1.5), since=600, now=1000)
+    assert stuck.candidate is Trigger.IMBALANCE and stuck.verdict is not None
+    assert stuck.verdict.hold is Hold.TOO_LITTLE
+    assert stuck.quiet_s == math.inf
