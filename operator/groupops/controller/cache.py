@@ -65,6 +65,7 @@ __all__ = [
     "Listener",
     "Reader",
     "WatchCache",
+    "json_copy",
     "start_caches",
 ]
 
@@ -72,7 +73,7 @@ __all__ = [
 _ATOMS = frozenset({str, int, float, bool, type(None)})
 
 
-def _copied(value: Any) -> Any:
+def json_copy(value: Any) -> Any:
     """A deep copy of a JSON tree, what the API server sends and the caches hold: 3.3 times
     faster than `copy.deepcopy` on a consumer pod (27 against 87 µs), since a JSON tree needs no
     memo of shared or cyclic references. A steady reconcile copies its pods and Leases out of the
@@ -80,9 +81,9 @@ def _copied(value: Any) -> Any:
     plain JSON (a subclass included) goes to `copy.deepcopy`."""
     kind = type(value)
     if kind is dict:
-        return {key: item if type(item) in _ATOMS else _copied(item) for key, item in value.items()}
+        return {key: item if type(item) in _ATOMS else json_copy(item) for key, item in value.items()}
     if kind is list:
-        return [item if type(item) in _ATOMS else _copied(item) for item in value]
+        return [item if type(item) in _ATOMS else json_copy(item) for item in value]
     if kind in _ATOMS:
         return value
     return copy.deepcopy(value)
@@ -225,7 +226,7 @@ class WatchCache:
     def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
         with self._lock:
             found = self._store.objects.get((namespace or "", name))
-        return None if found is None else _copied(found)
+        return None if found is None else json_copy(found)
 
     def list(self, namespace: str | None, label_selector: str = "") -> list[dict[str, Any]]:
         """The objects of `namespace` (None: all) whose labels match, sorted by namespace and
@@ -243,7 +244,7 @@ class WatchCache:
                 for key in keys
                 if wanted.matches((objects[key].get("metadata") or {}).get("labels"))
             ]
-        return [_copied(obj) for obj in chosen]
+        return [json_copy(obj) for obj in chosen]
 
     def versions(self, namespace: str, label_selector: str) -> tuple[tuple[str, str], ...]:
         """(name, resourceVersion) of the objects `list` would return, without copying any: what
@@ -270,7 +271,7 @@ class WatchCache:
         selected = self._selector.matches(meta.get("labels")) and (
             self._field_name is None or meta.get("name") == self._field_name
         )
-        kept = _without_managed_fields(_copied(dict(obj)))
+        kept = _without_managed_fields(json_copy(dict(obj)))
         with self._lock:
             self._store.note_written(kept, now=self._clock(), selected=selected)
 
@@ -291,7 +292,7 @@ class WatchCache:
         with self._lock:
             self._listeners.append(listener)
             held = list(self._store.objects.values())
-        return [_copied(obj) for obj in held]
+        return [json_copy(obj) for obj in held]
 
     def remove_listener(self, listener: Listener) -> None:
         with self._lock:
@@ -327,7 +328,7 @@ class WatchCache:
         for event_type, obj in events:
             for listener in listeners:
                 try:
-                    listener(event_type, _copied(obj))
+                    listener(event_type, json_copy(obj))
                 except Exception:
                     log.exception("%r: listener %r failed on %s", self, listener, event_type)
 

@@ -146,13 +146,14 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
     loops: dict[tuple[str, str], _PolicyLoop] = {}
     """The loop of every policy the operator knows, for the watches to reach."""
 
-    def reconcile_locked(body: Any, memory: PolicyMemory, *, routine: bool = False) -> bool:
+    def reconcile_locked(body: dict[str, Any], memory: PolicyMemory, *, routine: bool = False) -> bool:
         """One reconcile under the policy's lock (waiting for a run in progress); False when the
-        lock did not come. ReconcileFailure passes through to the caller."""
+        lock did not come. ReconcileFailure passes through to the caller. `body`: the loop's plain
+        copy of the policy, replaced and never changed by the watch (the reconcile copies it)."""
         if not memory.lock.acquire(timeout=_LOCK_WAIT_S):
             return False
         try:
-            result = reconcile(_plain(body), deps, memory, routine=routine)
+            result = reconcile(body, deps, memory, routine=routine)
         finally:
             memory.lock.release()
         memory.failures = 0
@@ -160,7 +161,7 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
             log.info("%s: epoch %d published (%s)", _name(body), result.epoch, result.trigger)
         return True
 
-    def run_in_loop(body: Any, memory: PolicyMemory, *, routine: bool = False) -> float | None:
+    def run_in_loop(body: dict[str, Any], memory: PolicyMemory, *, routine: bool = False) -> float | None:
         """One reconcile (in a worker thread): returns a retry delay after a transient failure,
         else None. Never raises: the loop must outlive every failure. `routine`: the tick's run,
         which a settled policy may skip (docs/design.md §8.3)."""

@@ -34,6 +34,7 @@ from typing import Any
 
 from groupops.controller import offset_reset, render_pods, render_rbac
 from groupops.controller.apply import apply
+from groupops.controller.cache import json_copy
 from groupops.controller.cluster_spec import with_policy_defaults
 from groupops.controller.clusters import ClusterRefusal
 from groupops.controller.conflicts import stand_down_if_later
@@ -109,9 +110,10 @@ log = logging.getLogger(__name__)
 def reconcile(
     body: Mapping[str, Any], deps: Deps, memory: PolicyMemory, *, routine: bool = False
 ) -> ReconcileResult:
-    """Run every step once for the policy `body` (the full resource as last seen). `routine`: the
-    tick's run, nothing woke it; for a settled policy it stops after the lag read when nothing
-    it reads changed (`settled`, docs/design.md §8.3)."""
+    """Run every step once for the policy `body` (the full resource as last seen; a full run
+    works on its own copy, a skipped one only reads it). `routine`: the tick's run, nothing woke
+    it; for a settled policy it stops after the lag read when nothing it reads changed
+    (`settled`, docs/design.md §8.3)."""
     policy = PolicyRef.from_body(body)
     spec_obj = body.get("spec") or {}
     adapter = PolicyLog(
@@ -129,7 +131,7 @@ def reconcile(
                 deps.metrics.reconciles_skipped.labels(policy.namespace, policy.name).inc()
                 return outcome
             pretaken = outcome
-        return _reconcile(run, pretaken)
+        return _reconcile(replace(run, body=json_copy(body)), pretaken)
     except ReconcileFailure as failure:
         deps.metrics.errors.labels(policy.namespace, policy.name, failure.reason).inc()
         raise
