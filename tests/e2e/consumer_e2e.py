@@ -31,6 +31,7 @@ from tests.e2e.operator_support import (
     kubetool,
 )
 from tests.e2e.runtime_support import create_topic, scrape
+from tests.e2e.waiting import wait_for
 
 
 @dataclass
@@ -120,6 +121,22 @@ class PolicyStack:
             if tp in partitions:
                 return str(identity)
         return None
+
+    def seconds_until_moved(self, ordinal: int, fault: Callable[[str], None], what: str) -> float:
+        """Apply `fault` (a `Kubelet` method: crash, freeze, cut) to the pod of `ordinal`; the
+        seconds until the plan gives every partition its identity owned to another identity."""
+        identity = self.identity(ordinal)
+        held = self.sets()[identity]
+        started = time.monotonic()
+        fault(self.pod(ordinal))
+        wait_for(
+            f"the {what} replica's partitions owned elsewhere",
+            lambda: all(self.owner_in_plan(tp) not in (None, identity) for tp in held),
+            60,
+            interval=0.2,
+            explain=self.diagnostics,
+        )
+        return time.monotonic() - started
 
     def audit(self, produced: list[tuple[str, int, int]]) -> AuditReport:
         return audit(load_journals(self.record_dir), produced, self.kubelet.faults)

@@ -103,18 +103,7 @@ def test_heartbeats_keep_replicas_alive_without_lease_writes_and_leases_take_ove
         assert lease_versions(s) == quiet, f"Leases still written with the operator back\n{s.state()}"
 
         # 4. A frozen replica sends no heartbeat: its partitions move, and nothing is processed twice.
-        frozen = s.identity(0)
-        held = s.sets()[frozen]
-        frozen_at = time.monotonic()
-        s.kubelet.freeze(s.pod(0))
-        wait_for(
-            "the frozen replica's partitions owned elsewhere",
-            lambda: all(s.owner_in_plan(tp) not in (None, frozen) for tp in held),
-            60,
-            interval=0.2,
-            explain=s.diagnostics,
-        )
-        moved_after = time.monotonic() - frozen_at
+        moved_after = s.seconds_until_moved(0, s.kubelet.freeze, "frozen")
         print(f"\nfreeze -> partitions moved in the plan: {moved_after:.2f} s (lease {s.lease_seconds} s)")
         assert moved_after <= s.lease_seconds + SCHEDULING_ALLOWANCE_S
         time.sleep(2.0)
