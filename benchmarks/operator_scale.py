@@ -21,7 +21,8 @@ Per N (a fresh namespace and a fresh operator with its default tick, 5 s, alread
    when every policy has a plan and status, and after `--steady` seconds of steady state;
 3. in that steady window: operator CPU seconds (utime+stime of /proc/<pid>/stat) per minute
    and as % of one core,
-   reconciles per second (the operator's groupops_reconcile_duration_seconds_count) and API
+   reconciles per second (the operator's groupops_reconcile_duration_seconds_count; ticks of
+   settled policies that stopped after the lag read, groupops_reconciles_skipped_total) and API
    requests per second (apiserver_request_total of the API server's /metrics, every client, per
    verb and in total besides WATCH);
 4. a spec change on every policy (replicas 3 -> 4, one PATCH each): latency until the plan
@@ -299,6 +300,10 @@ def operator_metric(metrics_port: int, metric: str) -> float:
     return prometheus_sum(text, metric)["total"]
 
 
+SKIPPED = "groupops_reconciles_skipped_total"
+"""Ticks of settled policies that stopped after the lag read (docs/design.md §8.3)."""
+
+
 def operator_reconciles(metrics_port: int) -> float:
     return operator_metric(metrics_port, "groupops_reconcile_duration_seconds_count")
 
@@ -445,10 +450,12 @@ class Run:
         assert self.sampler is not None
         requests_before = apiserver_requests(self.kubectl)
         reconciles_before = operator_reconciles(self.metrics_port)
+        skipped_before = operator_metric(self.metrics_port, SKIPPED)
         cpu_before, at = self.sampler.cpu_seconds(), time.monotonic()
         time.sleep(seconds)
         cpu_after, elapsed = self.sampler.cpu_seconds(), time.monotonic() - at
         reconciles_after = operator_reconciles(self.metrics_port)
+        skipped_after = operator_metric(self.metrics_port, SKIPPED)
         requests_after = apiserver_requests(self.kubectl)
         per_verb = {
             verb: round((requests_after.get(verb, 0.0) - requests_before.get(verb, 0.0)) / elapsed, 1)
@@ -459,6 +466,7 @@ class Run:
             "cpu_s_per_min": round((cpu_after - cpu_before) * 60 / elapsed, 1),
             "cpu_percent_of_one_core": round((cpu_after - cpu_before) * 100 / elapsed, 1),
             "reconciles_per_s": round((reconciles_after - reconciles_before) / elapsed, 1),
+            "skipped_ticks_per_s": round((skipped_after - skipped_before) / elapsed, 1),
             "api_requests_per_s": per_verb,
             "api_requests_per_s_besides_watch": round(per_verb["total"] - per_verb.get("WATCH", 0.0), 1),
             "rss_mib_end": round(self.sampler.rss_mib(), 1),
