@@ -231,37 +231,30 @@ class WatchCache:
     def list(self, namespace: str | None, label_selector: str = "") -> list[dict[str, Any]]:
         """The objects of `namespace` (None: all) whose labels match, sorted by namespace and
         name."""
-        wanted = Selector.parse(label_selector)
         with self._lock:
-            objects = self._store.objects
-            indexed = objects.indexed_value(wanted)
-            if namespace is not None and indexed is not None:
-                keys = sorted(objects.by_label.get((namespace, indexed), ()))
-            else:
-                keys = sorted(key for key in objects if namespace is None or key[0] == namespace)
-            chosen = [
-                objects[key]
-                for key in keys
-                if wanted.matches((objects[key].get("metadata") or {}).get("labels"))
-            ]
-        return [json_copy(obj) for obj in chosen]
+            chosen = self._chosen(namespace, Selector.parse(label_selector))
+        return [json_copy(obj) for _, obj in chosen]
 
-    def versions(self, namespace: str, label_selector: str) -> tuple[tuple[str, str], ...]:
+    def versions(self, namespace: str, wanted: Selector) -> tuple[tuple[str, str], ...]:
         """(name, resourceVersion) of the objects `list` would return, without copying any: what
         a settled policy's routine run compares to know that nothing it reads changed."""
-        wanted = Selector.parse(label_selector)
         with self._lock:
-            objects = self._store.objects
-            indexed = objects.indexed_value(wanted)
-            if indexed is not None:
-                keys = sorted(objects.by_label.get((namespace, indexed), ()))
-            else:
-                keys = sorted(key for key in objects if key[0] == namespace)
-            return tuple(
-                (key[1], rv_of(objects[key]))
-                for key in keys
-                if wanted.matches((objects[key].get("metadata") or {}).get("labels"))
-            )
+            return tuple((key[1], rv_of(obj)) for key, obj in self._chosen(namespace, wanted))
+
+    def _chosen(self, namespace: str | None, wanted: Selector) -> Sequence[tuple[Key, dict[str, Any]]]:
+        """The stored objects of `namespace` (None: all) that `wanted` matches, by key; under the
+        lock (the store replaces objects and never changes one, so they may be read after it)."""
+        objects = self._store.objects
+        indexed = objects.indexed_value(wanted)
+        if namespace is not None and indexed is not None:
+            keys = sorted(objects.by_label.get((namespace, indexed), ()))
+        else:
+            keys = sorted(key for key in objects if namespace is None or key[0] == namespace)
+        return [
+            (key, objects[key])
+            for key in keys
+            if wanted.matches((objects[key].get("metadata") or {}).get("labels"))
+        ]
 
     # -- notes -----------------------------------------------------------------------------------
 
@@ -532,17 +525,18 @@ class Caches:
         kind by kind, and of the namespace's Secrets read so far; None when a cache does not
         cover the namespace or is not synced (what the reads would return is then not known
         without a request). Equal answers mean the reads of a reconcile return the same objects."""
+        wanted, every = Selector.parse(label_selector), Selector.parse("")
         parts: list[object] = []
         for kind, cache in self._kinds.items():
             if not (cache.covers(namespace) and cache.synced()):
                 return None
-            parts.append((kind, cache.versions(namespace, label_selector)))
+            parts.append((kind, cache.versions(namespace, wanted)))
         with self._lock:
             secrets = sorted((key, cache) for key, (cache, _) in self._secrets.items() if key[0] == namespace)
         for (_, name), cache in secrets:
             if not cache.synced():
                 return None
-            parts.append(("Secret", name, cache.versions(namespace, "")))
+            parts.append(("Secret", name, cache.versions(namespace, every)))
         return tuple(parts)
 
     # -- WriteListener ---------------------------------------------------------------------------
