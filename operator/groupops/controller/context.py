@@ -97,7 +97,8 @@ class PolicyMemory:
     targets: TargetMemo = field(default_factory=TargetMemo)
     """The last planning round's target and figures, for a round that asks the same (`decide`)."""
     settled: Settled | None = None
-    """What the last full run saw when it ended settled (`settled`); None: the tick runs in full."""
+    """What the last full run saw when it ended settled (`settled`); None: the tick runs in full.
+    Set and cleared by the policy's runs, read by its settled checks (`handlers.SettledSweep`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,8 +142,6 @@ class ReconcileResult:
     published: bool
     trigger: str | None
     status_written: bool
-    skipped: bool = False
-    """A routine run of a settled policy that found nothing changed and stopped there."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -44,7 +44,18 @@ from groupops.controller.conflicts import PolicyKey, WakeListener
 from groupops.controller.identities import observe_lease
 from groupops.controller.lanes import Lanes
 from groupops.controller.names import API_GROUP, API_VERSION, LABEL_POLICY, PLURAL, owned_selector
-from groupops.controller.reconcile import Deps, PolicyMemory, ReconcileFailure, reconcile
+from groupops.controller.reconcile import (
+    LAG_WAIT_S,
+    Deps,
+    PolicyMemory,
+    ReconcileFailure,
+    SettledCheck,
+    TakenLag,
+    begin_settled_check,
+    finish_settled_check,
+    reconcile,
+)
+from groupops.controller.sweep import SettledSweep
 from groupops.controller.wakeup import expiry_due, next_wake
 from groupops.kubeapi import KubeError
 from groupops.model import MemberId
@@ -143,17 +154,24 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
         max_workers=settings.reconcile.urgent_workers, thread_name_prefix="reconcile-urgent"
     )
     lanes = Lanes(routine=pool, urgent=urgent_pool)
+    sweep: SettledSweep[PolicyMemory, SettledCheck, TakenLag] = SettledSweep(
+        tick_s=settings.reconcile.tick_seconds,
+        executor=ThreadPoolExecutor(max_workers=1, thread_name_prefix="settled-sweep"),
+        begin=lambda body, memory: begin_settled_check(body, deps, memory),
+        finish=finish_settled_check,
+        wait_s=LAG_WAIT_S,
+    )
     loops: dict[tuple[str, str], _PolicyLoop] = {}
     """The loop of every policy the operator knows, for the watches to reach."""
 
-    def reconcile_locked(body: dict[str, Any], memory: PolicyMemory, *, routine: bool = False) -> bool:
+    def reconcile_locked(body: dict[str, Any], memory: PolicyMemory, pretaken: TakenLag | None) -> bool:
         """One reconcile under the policy's lock (waiting for a run in progress); False when the
         lock did not come. ReconcileFailure passes through to the caller. `body`: the loop's plain
         copy of the policy, replaced and never changed by the watch (the reconcile copies it)."""
         if not memory.lock.acquire(timeout=_LOCK_WAIT_S):
             return False
         try:
-            result = reconcile(body, deps, memory, routine=routine)
+            result = reconcile(body, deps, memory, pretaken=pretaken)
         finally:
             memory.lock.release()
         memory.failures = 0
@@ -161,12 +179,14 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
             log.info("%s: epoch %d published (%s)", _name(body), result.epoch, result.trigger)
         return True
 
-    def run_in_loop(body: dict[str, Any], memory: PolicyMemory, *, routine: bool = False) -> float | None:
+    def run_in_loop(
+        body: dict[str, Any], memory: PolicyMemory, pretaken: TakenLag | None = None
+    ) -> float | None:
         """One reconcile (in a worker thread): returns a retry delay after a transient failure,
-        else None. Never raises: the loop must outlive every failure. `routine`: the tick's run,
-        which a settled policy may skip (docs/design.md §8.3)."""
+        else None. Never raises: the loop must outlive every failure. `pretaken`: the lag the
+        settled sweep read and found changed (docs/design.md §8.3)."""
         try:
-            if not reconcile_locked(body, memory, routine=routine):
+            if not reconcile_locked(body, memory, pretaken):
                 return 1.0  # another run of this policy holds the lock
         except ReconcileFailure as failure:
             if not failure.transient:
@@ -194,28 +214,55 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
             # by a spec change must reconcile the new spec, not the one it was queued with.
             return run_in_loop(entry.body, memory)
 
-        def tick_run() -> float | None:
-            return run_in_loop(entry.body, memory, routine=True)
-
         tick = settings.reconcile.tick_seconds
         next_tick = time.monotonic()  # a policy just seen is reconciled at once
         judged_until = time.monotonic()
         stopping = asyncio.ensure_future(entry.stopped.wait())  # ends a wait at once on stop
         try:
             while not entry.stopped.is_set():
-                wake_at = next_wake(
-                    now=time.monotonic(), next_tick=next_tick, clock=memory.clock, judged_until=judged_until
-                )
-                woken = await memory.wakeup.wait_until(wake_at, interrupts=(stopping,))
-                now = time.monotonic()
+                pretaken: TakenLag | None = None
+                settled = memory.settled
+                if settled is not None:
+                    # Parked: the sweep checks it at its ticks; the loop wakes for a change the
+                    # sweep found, a wake-up, an expiry, or the resync (§8.3).
+                    changed = sweep.park(entry.key, lambda: entry.body, memory, next_check=next_tick)
+                    wake_at = next_wake(
+                        now=time.monotonic(),
+                        next_tick=settled.until,
+                        clock=memory.clock,
+                        judged_until=judged_until,
+                    )
+                    woken = await memory.wakeup.wait_until(wake_at, interrupts=(stopping, changed))
+                    paced = sweep.unpark(entry.key)
+                    if paced is not None:  # a loop that parks again keeps its policy's pace
+                        next_tick = paced
+                    now = time.monotonic()
+                    found = changed.done() and not changed.cancelled()
+                    if found:
+                        pretaken = changed.result().lag
+                    due = found or now >= settled.until
+                else:
+                    wake_at = next_wake(
+                        now=time.monotonic(),
+                        next_tick=next_tick,
+                        clock=memory.clock,
+                        judged_until=judged_until,
+                    )
+                    woken = await memory.wakeup.wait_until(wake_at, interrupts=(stopping,))
+                    now = time.monotonic()
+                    due = now >= next_tick
                 if entry.stopped.is_set():
                     break
                 urgent = woken or expiry_due(now=now, clock=memory.clock, judged_until=judged_until)
-                if not (urgent or now >= next_tick):
+                if not (urgent or due):
                     continue  # the Lease we woke for was renewed meanwhile
                 # A run something woke (a Lease changed or expired, the spec changed) skips the
                 # queue of the tick's routine runs, and so does a routine run still queued when
                 # such a thing comes: failover must not wait for the tick (§8.3).
+
+                def tick_run(taken: TakenLag | None = pretaken) -> float | None:
+                    return run_in_loop(entry.body, memory, taken)
+
                 ran = await (
                     lanes.run_urgent(run)
                     if urgent
@@ -228,6 +275,7 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
                 judged_until = ran.started
                 next_tick = time.monotonic() + (ran.result if ran.result is not None else tick)
         finally:
+            sweep.unpark(entry.key)
             stopping.cancel()
             if deps.heartbeats is not None:
                 deps.heartbeats.detach(*entry.key, memory.clock)
@@ -357,6 +405,7 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
         entries = list(loops.values())
         loops.clear()
         await asyncio.gather(*(stop(entry) for entry in entries))
+        await sweep.close()
 
     return registry
 

@@ -82,11 +82,27 @@ class PolicyLag:
         """Start a read unless one is in flight, wait up to `wait_s` for it (without a pool: read
         here), and return the newest outcome. `auto_offset_reset`: the policy's, for where a
         group without a commit starts (`samples_of`)."""
+        started = self.start(
+            read, pool=pool, on_late_result=on_late_result, auto_offset_reset=auto_offset_reset
+        )
+        return self.wait(started, wait_s=wait_s)
+
+    def start(
+        self,
+        read: Callable[[], LagSnapshot],
+        *,
+        pool: Executor | None,
+        on_late_result: Callable[[], None] = lambda: None,
+        auto_offset_reset: str = "latest",
+    ) -> Future[LagSnapshot] | None:
+        """The first half of `take`: start a read unless one is in flight and return it, with
+        someone now waiting for it (its landing wakes nobody until `wait` says it was late).
+        Without a pool the read runs here and None is returned."""
         with self._lock:
             self._auto_offset_reset = auto_offset_reset
         if pool is None:
             self._finish(read)
-            return self._latest()
+            return None
         with self._lock:
             future = self._future
             started = future is None
@@ -97,6 +113,13 @@ class PolicyLag:
             self._waiting = True
         if started:  # outside the lock: a future already done runs the callback right here
             future.add_done_callback(lambda done: self._landed(done, on_late_result))
+        return future
+
+    def wait(self, future: Future[LagSnapshot] | None, *, wait_s: float) -> LagTake:
+        """The second half of `take`: wait up to `wait_s` for the read `start` returned, and
+        return the newest outcome."""
+        if future is None:
+            return self._latest()
         try:
             future.result(timeout=wait_s)
         except (FutureTimeout, CancelledError):

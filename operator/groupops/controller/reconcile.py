@@ -29,7 +29,8 @@ import base64
 import logging
 import time
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import replace
+from concurrent.futures import Future
+from dataclasses import dataclass, replace
 from typing import Any
 
 from groupops.controller import offset_reset, render_pods, render_rbac
@@ -102,64 +103,104 @@ from groupops.planner.plan_format import PublishedPlan, fence_annotations, lease
 from groupops.planner.plan_size import plan_configmap_problem
 from groupops.planner.wire import PlanFormatError
 
-__all__ = ["Deps", "PolicyMemory", "ReconcileFailure", "ReconcileResult", "reconcile"]
+__all__ = [
+    "LAG_WAIT_S",
+    "Deps",
+    "PolicyMemory",
+    "ReconcileFailure",
+    "ReconcileResult",
+    "SettledCheck",
+    "TakenLag",
+    "begin_settled_check",
+    "finish_settled_check",
+    "reconcile",
+]
 
 log = logging.getLogger(__name__)
 
 
 def reconcile(
-    body: Mapping[str, Any], deps: Deps, memory: PolicyMemory, *, routine: bool = False
+    body: Mapping[str, Any], deps: Deps, memory: PolicyMemory, *, pretaken: TakenLag | None = None
 ) -> ReconcileResult:
-    """Run every step once for the policy `body` (the full resource as last seen; a full run
-    works on its own copy, a skipped one only reads it). `routine`: the tick's run, nothing woke
-    it; for a settled policy it stops after the lag read when nothing it reads changed
-    (`settled`, docs/design.md §8.3)."""
+    """Run every step once for the policy `body` (the full resource as last seen; the run works
+    on its own copy). `pretaken`: the lag a settled check read just before and found changed
+    (`finish_settled_check`): the run plans on it instead of reading again."""
+    run = _run_context(body, deps, memory)
+    started = time.monotonic()
+    memory.settled = None  # a run that does not settle again leaves none
+    try:
+        return _reconcile(replace(run, body=json_copy(body)), pretaken)
+    except ReconcileFailure as failure:
+        deps.metrics.errors.labels(run.policy.namespace, run.policy.name, failure.reason).inc()
+        raise
+    finally:
+        deps.metrics.reconcile_seconds.labels(run.policy.namespace, run.policy.name).observe(
+            time.monotonic() - started
+        )
+
+
+def _run_context(body: Mapping[str, Any], deps: Deps, memory: PolicyMemory) -> RunContext:
     policy = PolicyRef.from_body(body)
     spec_obj = body.get("spec") or {}
     adapter = PolicyLog(
         log, {"policy": f"{policy.namespace}/{policy.name}", "group": spec_obj.get("groupId", "?")}
     )
-    run = RunContext(policy=policy, body=body, deps=deps, memory=memory, now=deps.wall_clock(), log=adapter)
-    started = time.monotonic()
-    settled, memory.settled = memory.settled, None  # a run that does not settle again leaves none
-    pretaken, skipped = None, False
-    try:
-        if routine and settled is not None:
-            outcome = _unless_settled(run, settled)
-            if isinstance(outcome, ReconcileResult):
-                memory.settled, skipped = settled, True
-                deps.metrics.reconciles_skipped.labels(policy.namespace, policy.name).inc()
-                return outcome
-            pretaken = outcome
-        return _reconcile(replace(run, body=json_copy(body)), pretaken)
-    except ReconcileFailure as failure:
-        deps.metrics.errors.labels(policy.namespace, policy.name, failure.reason).inc()
-        raise
-    finally:
-        if not skipped:
-            deps.metrics.reconcile_seconds.labels(policy.namespace, policy.name).observe(
-                time.monotonic() - started
-            )
+    return RunContext(policy=policy, body=body, deps=deps, memory=memory, now=deps.wall_clock(), log=adapter)
 
 
-_Lag = tuple[LagSnapshot, tuple[str, str] | None, Windows | None]
+LAG_WAIT_S = 1.0
+"""How long a run waits for the lag read it started before planning on what is known."""
+
+TakenLag = tuple[LagSnapshot, tuple[str, str] | None, Windows | None]
+"""A run's lag: the snapshot it plans by, the Degraded reason and message when the newest read
+failed, and the time-lag windows of the snapshot (`_read_lag`)."""
 
 
-def _unless_settled(run: RunContext, settled: Settled) -> ReconcileResult | _Lag | None:
-    """A skipped run's result when the settled policy's inputs, lag and replicas' progress are as
-    its last full run saw them and `settled.until` has not come; otherwise the lag this check
-    read (the full run plans on it: same inputs, same read), or None when it read none."""
-    if time.monotonic() >= settled.until or _inputs_of(run) != settled.inputs:
+@dataclass(frozen=True, slots=True)
+class SettledCheck:
+    """A settled policy's check between its halves: the lag read it started, and what the
+    settled run saw (docs/design.md §8.3, "a settled policy is checked, not run")."""
+
+    run: RunContext
+    settled: Settled
+    started: _Started
+
+
+def begin_settled_check(body: Mapping[str, Any], deps: Deps, memory: PolicyMemory) -> SettledCheck | None:
+    """The first half of a settled policy's check, which only reads `body`: its inputs against
+    what its last full run saw, and its lag read started (not waited for, so that the reads of
+    many policies go out together). None: the policy runs in full, because it is not settled,
+    its `until` came or one of its inputs changed; no lag read was started then."""
+    settled = memory.settled
+    if settled is None or time.monotonic() >= settled.until:
         return None
+    run = _run_context(body, deps, memory)
+    if _inputs_of(run) != settled.inputs:
+        return None
+    started = _start_lag_read(run, settled.spec, settled.client_config, previous=settled.previous)
+    return SettledCheck(run=run, settled=settled, started=started)
+
+
+def finish_settled_check(check: SettledCheck, wait_s: float = LAG_WAIT_S) -> TakenLag | None:
+    """The second half: wait up to `wait_s` for the lag read and compare it and
+    the replicas' progress with what the settled run saw. None: nothing changed, and the tick is
+    skipped (counted in groupops_reconciles_skipped_total); otherwise the lag read, which the
+    full run plans on (same inputs, same read)."""
+    run, settled = check.run, check.settled
     lag = _read_lag(
-        run, settled.spec, settled.client_config, previous=settled.previous, has_plan=settled.has_plan
+        run,
+        settled.spec,
+        settled.client_config,
+        previous=settled.previous,
+        has_plan=settled.has_plan,
+        started=check.started,
+        wait_s=wait_s,
     )
     snapshot, degraded, _ = lag
     if degraded is not None or comparable(snapshot) != settled.lag or _progress_behind(run, settled.leases):
         return lag
-    return ReconcileResult(
-        epoch=settled.previous.epoch, published=False, trigger=None, status_written=False, skipped=True
-    )
+    run.deps.metrics.reconciles_skipped.labels(run.policy.namespace, run.policy.name).inc()
+    return None
 
 
 def _inputs_of(run: RunContext) -> tuple[object, ...] | None:
@@ -183,7 +224,7 @@ def _progress_behind(run: RunContext, leases: Sequence[str]) -> bool:
     return any(progress is not None and progress_shown(progress) for progress in heard)
 
 
-def _reconcile(run: RunContext, pretaken: _Lag | None) -> ReconcileResult:
+def _reconcile(run: RunContext, pretaken: TakenLag | None) -> ReconcileResult:
     inputs = _inputs_of(run)  # before anything is read: a change while the run reads unsettles it
     # -- spec ------------------------------------------------------------------------------------
     try:
@@ -626,8 +667,40 @@ def _broker_agreement(
     return agreement
 
 
-_LAG_WAIT_S = 1.0
-"""How long a run waits for the lag read it started before planning on what is known."""
+_Started = tuple[SourceContext, Future[LagSnapshot] | None]
+"""A lag read started by `_start_lag_read`: its source context and its future (None: read
+already, without a pool)."""
+
+
+def _start_lag_read(
+    run: RunContext, spec: PolicySpec, client_config: Mapping[str, str], *, previous: PublishedPlan
+) -> _Started:
+    """Start the policy's lag read (or find the one in flight: one per policy) without waiting."""
+    context = _source_context(run, spec, client_config)
+    if context.history is not None and spec.consumers.delivery == "plan" and run.deps.history is not None:
+        # the replicas never join the Kafka group: the history names the plan's owners (§10)
+        owners = {tp: str(identity) for tp, identity in previous.owner_of().items()}
+        context = replace(context, history=PlannedOwners(run.deps.history, owners))
+    source_context = context
+
+    def read() -> LagSnapshot:
+        readers = run.deps.kafka_readers
+        if spec.lag_source.type == "kafka" and readers is not None:
+            source: LagSource = readers.source(spec.lag_source.settings, source_context)
+        else:
+            source = build_lag_source(spec.lag_source.type, spec.lag_source.settings, source_context)
+        try:
+            return source.read(spec.group_id, list(spec.topics))
+        finally:
+            source.close()
+
+    future = run.memory.lag.start(
+        read,
+        pool=run.deps.lag_pool,
+        on_late_result=run.memory.poke,
+        auto_offset_reset=spec.strategy.auto_offset_reset,
+    )
+    return context, future
 
 
 def _read_lag(
@@ -637,41 +710,22 @@ def _read_lag(
     *,
     previous: PublishedPlan,
     has_plan: bool,
+    started: _Started | None = None,
+    wait_s: float = LAG_WAIT_S,
 ) -> tuple[LagSnapshot, tuple[str, str] | None, Windows | None]:
     """The lag to plan by, when the newest read failed the Degraded reason and message
     (`controller.lagread`: the run never waits long on the source), and the time-lag windows of
-    that lag (None when it has none: a source without offsets, or partition counts only)."""
-    context = _source_context(run, spec, client_config)
-    if context.history is not None and spec.consumers.delivery == "plan" and run.deps.history is not None:
-        # the replicas never join the Kafka group: the history names the plan's owners (§10)
-        owners = {tp: str(identity) for tp, identity in previous.owner_of().items()}
-        context = replace(context, history=PlannedOwners(run.deps.history, owners))
-
-    def read() -> LagSnapshot:
-        readers = run.deps.kafka_readers
-        if spec.lag_source.type == "kafka" and readers is not None:
-            source: LagSource = readers.source(spec.lag_source.settings, context)
-        else:
-            source = build_lag_source(spec.lag_source.type, spec.lag_source.settings, context)
-        try:
-            return source.read(spec.group_id, list(spec.topics))
-        finally:
-            source.close()
-
-    take = run.memory.lag.take(
-        read,
-        pool=run.deps.lag_pool,
-        wait_s=_LAG_WAIT_S,
-        on_late_result=run.memory.poke,
-        auto_offset_reset=spec.strategy.auto_offset_reset,
-    )
+    that lag (None when it has none: a source without offsets, or partition counts only).
+    `started`: the read `_start_lag_read` started for this run (None: start one here)."""
+    context, future = started or _start_lag_read(run, spec, client_config, previous=previous)
+    take = run.memory.lag.wait(future, wait_s=wait_s)
     _record_lag_take(run, spec.lag_source.type, take)
     known = take.snapshot if take.snapshot is not None and _covers(take.snapshot, spec.topics) else None
     windows = take.windows if known is not None else None
     if take.error is None and known is not None:
         return known, None, windows
     if take.error is None:  # the first read of this policy is still running
-        reason, problem = "LagPending", f"the first lag read has not answered within {_LAG_WAIT_S:g} s"
+        reason, problem = "LagPending", f"the first lag read has not answered within {LAG_WAIT_S:g} s"
     else:
         reason, problem = _lag_reason(take.error), str(take.error)
         if isinstance(take.error, LagSourceConfigError):
