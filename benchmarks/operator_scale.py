@@ -22,7 +22,7 @@ Per N (a fresh namespace and a fresh operator with its default tick, 5 s, alread
 3. in that steady window: operator CPU seconds (utime+stime of /proc/<pid>/stat) per minute
    and as % of one core,
    reconciles per second (the operator's groupops_reconcile_duration_seconds_count; ticks of
-   settled policies that stopped after the lag read, groupops_reconciles_skipped_total) and API
+   settled policies whose check found nothing changed, groupops_reconciles_skipped_total) and API
    requests per second (apiserver_request_total of the API server's /metrics, every client, per
    verb and in total besides WATCH);
 4. a spec change on every policy (replicas 3 -> 4, one PATCH each): latency until the plan
@@ -301,7 +301,7 @@ def operator_metric(metrics_port: int, metric: str) -> float:
 
 
 SKIPPED = "groupops_reconciles_skipped_total"
-"""Ticks of settled policies that stopped after the lag read (docs/design.md §8.3)."""
+"""Ticks of settled policies whose check found nothing changed (docs/design.md §8.3)."""
 
 
 def operator_reconciles(metrics_port: int) -> float:

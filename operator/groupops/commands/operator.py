@@ -48,10 +48,11 @@ def operator_command(
         float,
         typer.Option(
             help="Longest a settled policy goes without a full reconcile: a tick finds nothing changed "
-            "and no rule waiting on time, and skips it (docs/design.md §8.3). 0 runs every tick in full.",
+            "and no rule waiting on time, and skips it (docs/design.md §8.3). A safety net: every "
+            "input is compared at each tick. 0 runs every tick in full.",
             min=0.0,
         ),
-    ] = 60.0,
+    ] = 300.0,
     lease_duration: Annotated[
         int, typer.Option(help="Seconds a consumer Lease lives without renewal.", min=1, max=3600)
     ] = DEFAULT_LEASE_DURATION_S,

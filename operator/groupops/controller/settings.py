@@ -44,8 +44,9 @@ class ReconcileSettings:
     or expiry does); the rebalance interval of the policy is judged at each tick, so it is the
     resolution of `rebalance.interval` and of lag in status.
     A full reconcile reads only the watch caches (no API request) and costs about 3.6 ms of
-    operator CPU; a settled policy's tick stops after its lag read when nothing changed
-    (`resync_seconds`). Busy groups (offsets moving at every read) run in full at every tick:
+    operator CPU; a settled policy is only checked at its ticks (its inputs and lag read
+    compared, in one batch with the others: the settled sweep) until something changed or
+    `resync_seconds` passed. Busy groups (offsets moving at every read) run in full at every tick:
     1,000 of them at 5 s take about 65 % of one core (benchmarks/RESULTS.md "Liveness"); beyond
     that, raise the tick. Failover, handoffs and spec changes do not wait for the tick (§8.3 of
     the design).
@@ -64,8 +65,9 @@ class ReconcileSettings:
     resync_seconds: the longest a settled policy goes without a full reconcile. A routine run (the
     tick's: nothing woke it) of a policy whose last full run left no rule waiting on time, and
     whose inputs (its objects in the watch caches, its lag, its replicas' progress) are as that
-    run saw them, is skipped (`settled`, docs/design.md §8.3); every `resync_seconds`, and at its
-    next rebalance interval, it runs in full all the same. 0 never skips.
+    run saw them, is skipped (`settled`, docs/design.md §8.3); every `resync_seconds`, and when
+    damping could decide otherwise on the same figures, it runs in full all the same. 0 never
+    skips. The resync is a safety net, not a trigger: every input is compared at each tick.
     startup_grace_seconds: how long a replica whose consumer has not started yet keeps the
     partitions the plan already gives it while other replicas run (the pods of a new policy
     start seconds apart); after that its partitions go to replicas that run.
@@ -77,7 +79,7 @@ class ReconcileSettings:
     lease_duration_seconds: int = DEFAULT_LEASE_DURATION_S
     lag_timeout_seconds: float = 10.0
     startup_grace_seconds: float = 30.0
-    resync_seconds: float = 60.0
+    resync_seconds: float = 300.0
     workers: int = 16
     urgent_workers: int = 4
 

@@ -18,7 +18,9 @@ change) waits for the cooldown only. The lag-driven triggers, `ImbalanceExceeded
    x (1 - min_improvement), at least 1.0) disarms it until the published plan's imbalance is back
    at or below that (`rearmed`). Else `TimeLagAboveGoal` while the group is further behind than
    its time-lag goal. Else `Interval`, a re-evaluation period: due once `interval_seconds` have
-   passed since the last published plan and since the last evaluation.
+   passed since the last published plan and since the last evaluation, unless that evaluation
+   held the very same figures (published plan and new plan under the lag) as too little: the
+   verdict on them would be the same again.
 2. *The cooldown* (`judge`): at least `cooldown_seconds` since the last published plan
    (status.lastRebalance; unknown counts as long ago).
 3. *Enough improvement* (`judge`): the new plan's max member lag is below the published plan's,
@@ -200,11 +202,13 @@ class Figures:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TriggerState:
-    """What rule 1 remembers between runs: the hysteresis, and when the interval last evaluated
-    (wall-clock seconds; None: not since this memory began)."""
+    """What rule 1 remembers between runs: the hysteresis, when the interval last evaluated
+    (wall-clock seconds; None: not since this memory began), and the figures (published plan,
+    new plan) that evaluation held as too little an improvement (None: it was not held so)."""
 
     armed: bool = True
     evaluated_at: float | None = None
+    held_on: tuple[Figures, Figures] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -242,9 +246,10 @@ def damp(
     the published plan under the lag just read; `after`: the new target; `counts_nearer`: the
     target brings partition counts nearer the fair share (`count_shortfall`), what a move budget
     left of a change. In order: re-arm (`rearmed`); the candidate, `CountsUneven` or
-    `lag_trigger`'s; `judge`; then the state: an interval evaluation that found too little is
-    used up (the next one is an interval on), and so is a published lag-driven plan, which also
-    disarms the imbalance trigger when its imbalance stays above `rearm_below`."""
+    `lag_trigger`'s (an interval on the figures it last held as too little is not due); `judge`;
+    then the state: an interval evaluation that found too little is used up (the next one is an
+    interval on, on other figures), and so is a published lag-driven plan, which also disarms
+    the imbalance trigger when its imbalance stays above `rearm_below`."""
     base = replace(state, armed=rearmed(armed=state.armed, imbalance=before.imbalance, settings=settings))
     candidate = (
         Trigger.COUNTS_UNEVEN
@@ -263,6 +268,7 @@ def damp(
         return _quiet_for(
             state=state,
             before=before,
+            after=after,
             counts_nearer=counts_nearer,
             over_goal=over_goal,
             seconds_since_rebalance=seconds_since_rebalance,
@@ -270,6 +276,10 @@ def damp(
             settings=settings,
         )
 
+    if candidate is Trigger.INTERVAL and base.held_on == (before, after):
+        # Judged on these very figures and held as too little: the same verdict again (the
+        # cooldown had passed then, and it only moves further away).
+        candidate = None
     if candidate is None:
         return Damped(trigger=None, state=base, unpublished=base, quiet_s=quiet(base))
     verdict = judge(
@@ -281,12 +291,14 @@ def damp(
     )
     evaluated = replace(base, evaluated_at=now) if candidate is Trigger.INTERVAL else base
     if not verdict.publish:
-        held = evaluated if verdict.hold is Hold.TOO_LITTLE else base
+        held = base
+        if verdict.hold is Hold.TOO_LITTLE:
+            held = replace(evaluated, held_on=(before, after)) if candidate is Trigger.INTERVAL else evaluated
         quiet_s = quiet(held)
         return Damped(
             trigger=None, candidate=candidate, verdict=verdict, state=held, unpublished=held, quiet_s=quiet_s
         )
-    published = evaluated
+    published = replace(evaluated, held_on=None)
     if candidate in LAG_DRIVEN and after.imbalance > settings.rearm_below:
         published = replace(published, armed=False)
     return Damped(trigger=candidate, candidate=candidate, verdict=verdict, state=published, unpublished=base)
@@ -296,6 +308,7 @@ def _quiet_for(
     *,
     state: TriggerState,
     before: Figures,
+    after: Figures,
     counts_nearer: bool,
     over_goal: bool,
     seconds_since_rebalance: float | None,
@@ -307,12 +320,13 @@ def _quiet_for(
     evaluation, which comes due (`lag_trigger`) unless a candidate the figures raise comes first
     (counts nearer the fair share, the imbalance trigger armed and above its threshold, the group
     behind its time-lag goal): on the same figures that candidate comes first again, and once
-    past the cooldown its verdict is the same at every run."""
+    past the cooldown its verdict is the same at every run. Nor does the interval come due on
+    the figures its last evaluation held as too little (`TriggerState.held_on`)."""
     waits = [math.inf]
     if seconds_since_rebalance is not None and seconds_since_rebalance < settings.cooldown_seconds:
         waits.append(settings.cooldown_seconds - max(0.0, seconds_since_rebalance))
     raised = counts_nearer or over_goal or (state.armed and before.imbalance > settings.imbalance_threshold)
-    if not raised:
+    if not raised and state.held_on != (before, after):
         since_evaluation = None if state.evaluated_at is None else now - state.evaluated_at
         interval_in = max(
             0.0 if since is None else settings.interval_seconds - since

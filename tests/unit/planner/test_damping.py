@@ -730,7 +730,23 @@ def test_quiet_until_the_cooldown_ends_or_the_interval_comes_due_whichever_first
     assert run_damp(evaluated, calm, calm, since=None, now=1030).quiet_s == 30
     looked = run_damp(TriggerState(), calm, figures(1.05), since=None, now=1000)
     assert looked.candidate is Trigger.INTERVAL
-    assert looked.quiet_s == 60, "evaluated now: the next evaluation is one interval away"
+    assert looked.quiet_s == math.inf, "held on these figures: no evaluation on them is due again"
+
+
+def test_an_interval_held_on_some_figures_looks_again_only_on_other_figures() -> None:
+    """An evaluation judged these figures too little an improvement; on the same figures the
+    next interval would judge the same, so it is not due and the state stays. Other figures (the
+    lag moved) are evaluated as before, an interval after the last evaluation."""
+    looked = run_damp(TriggerState(), figures(1.1), figures(1.05), since=600, now=1000)
+    assert looked.verdict is not None and looked.verdict.hold is Hold.TOO_LITTLE
+    assert looked.state.held_on == (figures(1.1), figures(1.05))
+    same = run_damp(looked.state, figures(1.1), figures(1.05), since=700, now=1100)
+    assert same.candidate is None and same.state == looked.state and same.quiet_s == math.inf
+    moved = run_damp(looked.state, figures(1.12), figures(1.05), since=700, now=1100)
+    assert moved.candidate is Trigger.INTERVAL and moved.state.evaluated_at == 1100
+    assert run_damp(looked.state, figures(1.12), figures(1.05), since=659, now=1059).candidate is None
+    better = run_damp(looked.state, figures(1.1), figures(0.9), since=700, now=1100)
+    assert better.trigger is Trigger.INTERVAL and better.state.held_on is None
 
 
 def test_an_imbalance_with_no_better_plan_stays_quiet_until_the_figures_change() -> None:
