@@ -235,10 +235,14 @@ class WatchCache:
             chosen = self._chosen(namespace, Selector.parse(label_selector))
         return [json_copy(obj) for _, obj in chosen]
 
-    def versions(self, namespace: str, wanted: Selector) -> tuple[tuple[str, str], ...]:
-        """(name, resourceVersion) of the objects `list` would return, without copying any: what
-        a settled policy's routine run compares to know that nothing it reads changed."""
+    def versions(self, namespace: str, wanted: Selector) -> object:
+        """What a settled policy's check compares to know that nothing `list` would return
+        changed, without copying anything: the change count of the selector's index value when it
+        has one (one lookup, however many objects), else (name, resourceVersion) of every object."""
         with self._lock:
+            generation = self._store.objects.generation(namespace, wanted)
+            if generation is not None:
+                return generation
             return tuple((key[1], rv_of(obj)) for key, obj in self._chosen(namespace, wanted))
 
     def _chosen(self, namespace: str | None, wanted: Selector) -> Sequence[tuple[Key, dict[str, Any]]]:
@@ -521,8 +525,9 @@ class Caches:
         return self._client.list(api_version, kind, namespace, label_selector=label_selector)
 
     def versions(self, namespace: str, label_selector: str) -> tuple[object, ...] | None:
-        """The resourceVersions of every cached object of `namespace` matching `label_selector`,
-        kind by kind, and of the namespace's Secrets read so far; None when a cache does not
+        """What says that the cached objects of `namespace` matching `label_selector` did not
+        change, kind by kind (`WatchCache.versions`: a change count or resourceVersions), and the
+        resourceVersions of the namespace's Secrets read so far; None when a cache does not
         cover the namespace or is not synced (what the reads would return is then not known
         without a request). Equal answers mean the reads of a reconcile return the same objects."""
         wanted, every = Selector.parse(label_selector), Selector.parse("")

@@ -128,19 +128,30 @@ policy has, not what the cache holds (1,000 policies: 6,000 objects per kind sca
 
 
 class IndexedObjects(dict[Key, dict[str, Any]]):
-    """The store's objects, with an index by (namespace, `INDEXED_LABEL` value). Every mutation
-    the store makes goes through `__setitem__`, `__delitem__` or `pop`."""
+    """The store's objects, with an index by (namespace, `INDEXED_LABEL` value), and a count of
+    the changes under each index value (`generations`). Every mutation the store makes goes
+    through `__setitem__`, `__delitem__` or `pop`."""
 
     def __init__(self) -> None:
         super().__init__()
         self.by_label: dict[tuple[str, str], set[Key]] = {}
+        self.generations: dict[tuple[str, str], int] = {}
+        """Per (namespace, index value): how many times an object under it was added, replaced
+        by another resourceVersion, moved away or removed. Never reset (a set that empties and
+        fills again must not count from the start again), so equal counts mean the objects under
+        that value are the same objects, version for version."""
 
     @staticmethod
     def _label(obj: Mapping[str, Any]) -> str | None:
         value = ((obj.get("metadata") or {}).get("labels") or {}).get(INDEXED_LABEL)
         return None if value is None else str(value)
 
-    def _unindex(self, key: Key) -> None:
+    def _bump(self, namespace: str, label: str | None) -> None:
+        if label is not None:
+            index = (namespace, label)
+            self.generations[index] = self.generations.get(index, 0) + 1
+
+    def _unindex(self, key: Key) -> str | None:
         old = super().get(key)
         label = None if old is None else self._label(old)
         if label is not None:
@@ -149,21 +160,33 @@ class IndexedObjects(dict[Key, dict[str, Any]]):
                 keys.discard(key)
                 if not keys:
                     del self.by_label[(key[0], label)]
+        return label
 
     def __setitem__(self, key: Key, obj: dict[str, Any]) -> None:
-        self._unindex(key)
+        old = super().get(key)
+        old_label = self._unindex(key)
         super().__setitem__(key, obj)
         label = self._label(obj)
         if label is not None:
             self.by_label.setdefault((key[0], label), set()).add(key)
+        if old is None or label != old_label or rv_of(old) != rv_of(obj):
+            self._bump(key[0], old_label)
+            if label != old_label:
+                self._bump(key[0], label)
 
     def __delitem__(self, key: Key) -> None:
-        self._unindex(key)
+        self._bump(key[0], self._unindex(key))
         super().__delitem__(key)
 
     def pop(self, key: Key, *default: Any) -> Any:
-        self._unindex(key)
+        self._bump(key[0], self._unindex(key))
         return super().pop(key, *default)
+
+    def generation(self, namespace: str, selector: Selector) -> int | None:
+        """The change count of the objects `selector` can match in `namespace`, when it requires
+        an index value (None: it requires none, so no count covers it)."""
+        value = self.indexed_value(selector)
+        return None if value is None else self.generations.get((namespace, value), 0)
 
     def indexed_value(self, selector: Selector) -> str | None:
         """The value the selector requires of `INDEXED_LABEL` (None: it requires none)."""

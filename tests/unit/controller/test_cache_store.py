@@ -247,3 +247,67 @@ def test_the_policy_label_index_always_agrees_with_a_full_scan(
                 if key[0] == namespace and obj["metadata"]["labels"].get(INDEXED_LABEL) == policy
             }
             assert objects.by_label.get((namespace, policy), set()) == scanned
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["put", "del", "pop"]),
+            st.sampled_from(["ns-a", "ns-b"]),
+            st.sampled_from(["o1", "o2", "o3"]),
+            st.sampled_from([None, "orders", "refunds"]),
+            st.sampled_from(["1", "2", "3"]),
+        ),
+        max_size=40,
+    )
+)
+def test_an_equal_change_count_means_the_same_objects_version_for_version(
+    steps: list[tuple[str, str, str, str | None, str]],
+) -> None:
+    """What a settled policy's check compares (`WatchCache.versions`): whenever the change count
+    of an index value is what it was at an earlier step, the objects under it are the ones of
+    that step, resourceVersion for resourceVersion, even across a set that emptied and refilled.
+    A put of the version already held (a relist, the watch's echo of a noted write) is no
+    change."""
+    objects = IndexedObjects()
+    seen: dict[tuple[str, str], dict[int, frozenset[tuple[str, str]]]] = {}
+
+    def record() -> None:
+        for namespace in ("ns-a", "ns-b"):
+            for policy in ("orders", "refunds"):
+                under = frozenset(
+                    (key[1], str(obj["metadata"]["resourceVersion"]))
+                    for key, obj in objects.items()
+                    if key[0] == namespace and obj["metadata"]["labels"].get(INDEXED_LABEL) == policy
+                )
+                count = objects.generation(namespace, Selector.parse(f"{INDEXED_LABEL}={policy}"))
+                assert count is not None
+                assert seen.setdefault((namespace, policy), {}).setdefault(count, under) == under
+
+    record()
+    for action, namespace, name, policy, rv in steps:
+        key = (namespace, name)
+        if action == "put":
+            labels = {} if policy is None else {INDEXED_LABEL: policy}
+            objects[key] = {
+                "metadata": {"namespace": namespace, "name": name, "labels": labels, "resourceVersion": rv}
+            }
+        elif action == "del" and key in objects:
+            del objects[key]
+        else:
+            objects.pop(key, None)
+        record()
+    assert objects.generation("ns-a", Selector.parse("app=x")) is None, "no index value: no count"
+
+
+def test_a_put_of_the_version_held_is_no_change_and_a_new_version_is() -> None:
+    objects = IndexedObjects()
+    selector = Selector.parse(f"{INDEXED_LABEL}=orders")
+    pod = {"metadata": {"name": "p", "labels": {INDEXED_LABEL: "orders"}, "resourceVersion": "7"}}
+    objects[(NS, "p")] = pod
+    first = objects.generation(NS, selector)
+    objects[(NS, "p")] = dict(pod)  # the watch's echo of a write the cache noted
+    assert objects.generation(NS, selector) == first
+    objects[(NS, "p")] = {**pod, "metadata": {**pod["metadata"], "resourceVersion": "8"}}
+    assert objects.generation(NS, selector) == (first or 0) + 1
