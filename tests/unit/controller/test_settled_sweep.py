@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -84,6 +84,25 @@ async def rounds(sweep: SettledSweep[Any, Any, Any], n: int) -> None:
     await until(lambda: sweep.rounds >= start + n)
 
 
+def play(
+    pool: ThreadPoolExecutor,
+    scenario: Callable[[Clock, SettledSweep[Memory, Memory, str]], Awaitable[None]],
+    *,
+    finish_waits: list[float] | None = None,
+) -> None:
+    """Run `scenario` against a fresh sweep on a hand-moved clock, and close the sweep."""
+
+    async def main() -> None:
+        clock = Clock()
+        sweep = make_sweep(clock, finish_waits=finish_waits, pool=pool)
+        try:
+            await scenario(clock, sweep)
+        finally:
+            await sweep.close()
+
+    asyncio.run(main())
+
+
 @pytest.fixture
 def pool() -> Any:
     with ThreadPoolExecutor(max_workers=1) as executor:
@@ -93,9 +112,7 @@ def pool() -> Any:
 def test_a_parked_policy_is_checked_once_per_tick_and_stays_parked_while_nothing_changes(
     pool: ThreadPoolExecutor,
 ) -> None:
-    async def scenario() -> None:
-        clock = Clock()
-        sweep = make_sweep(clock, pool=pool)
+    async def scenario(clock: Clock, sweep: SettledSweep[Memory, Memory, str]) -> None:
         memory = Memory("a")
         changed = sweep.park(("ns", "a"), body_of("a"), memory, next_check=clock.now + TICK_S)
         await rounds(sweep, 3)
@@ -112,17 +129,14 @@ def test_a_parked_policy_is_checked_once_per_tick_and_stays_parked_while_nothing
         # a loop woken for nothing (a Lease renewed before it ran out) parks again at this pace
         assert sweep.unpark(("ns", "a")) == pytest.approx(100.0 + 3 * TICK_S)
         assert changed.cancelled() and sweep.parked == 0
-        await sweep.close()
 
-    asyncio.run(scenario())
+    play(pool, scenario)
 
 
 def test_a_change_is_handed_to_the_loop_with_the_lag_it_read_and_the_policy_is_no_longer_checked(
     pool: ThreadPoolExecutor,
 ) -> None:
-    async def scenario() -> None:
-        clock = Clock()
-        sweep = make_sweep(clock, pool=pool)
+    async def scenario(clock: Clock, sweep: SettledSweep[Memory, Memory, str]) -> None:
         quiet, busy = Memory("quiet"), Memory("busy")
         busy.lag = "new lag"
         quiet_changed = sweep.park(("ns", "quiet"), body_of("quiet"), quiet, next_check=clock.now)
@@ -132,18 +146,15 @@ def test_a_change_is_handed_to_the_loop_with_the_lag_it_read_and_the_policy_is_n
         clock.now += TICK_S
         await until(lambda: quiet.finished == 2)
         assert busy.finished == 1  # handed back: its loop runs it now
-        await sweep.close()
 
-    asyncio.run(scenario())
+    play(pool, scenario)
 
 
 @pytest.mark.parametrize("failure", ["begin_returns_none", "finish_raises"])
 def test_an_input_changed_or_a_failed_check_runs_the_policy_in_full_without_a_lag(
     pool: ThreadPoolExecutor, failure: str
 ) -> None:
-    async def scenario() -> None:
-        clock = Clock()
-        sweep = make_sweep(clock, pool=pool)
+    async def scenario(clock: Clock, sweep: SettledSweep[Memory, Memory, str]) -> None:
         broken, healthy = Memory("broken"), Memory("healthy")
         setattr(broken, failure, True)
         changed = sweep.park(("ns", "broken"), body_of("broken"), broken, next_check=clock.now)
@@ -153,17 +164,14 @@ def test_an_input_changed_or_a_failed_check_runs_the_policy_in_full_without_a_la
         await until(lambda: healthy.finished == 1)  # the round went on for the others
         clock.now += TICK_S
         await until(lambda: healthy.finished == 2)  # and the sweep after it
-        await sweep.close()
 
-    asyncio.run(scenario())
+    play(pool, scenario)
 
 
 def test_a_loop_that_wakes_during_a_check_drops_the_check_and_is_not_told_about_it(
     pool: ThreadPoolExecutor,
 ) -> None:
-    async def scenario() -> None:
-        clock = Clock()
-        sweep = make_sweep(clock, pool=pool)
+    async def scenario(clock: Clock, sweep: SettledSweep[Memory, Memory, str]) -> None:
         memory = Memory("a")
         memory.lag = "changed meanwhile"
         memory.hold = threading.Event()
@@ -176,21 +184,18 @@ def test_a_loop_that_wakes_during_a_check_drops_the_check_and_is_not_told_about_
         await until(lambda: memory.finished == 1)
         await rounds(sweep, 3)
         assert not second.done() and sweep.parked == 1  # the old check's outcome went nowhere
-        await sweep.close()
 
-    asyncio.run(scenario())
+    play(pool, scenario)
 
 
 def test_the_reads_of_one_round_share_one_deadline(pool: ThreadPoolExecutor) -> None:
-    async def scenario() -> None:
-        clock = Clock()
-        waits: list[float] = []
-        sweep = make_sweep(clock, wait_s=1.0, finish_waits=waits, pool=pool)
+    waits: list[float] = []
+
+    async def scenario(clock: Clock, sweep: SettledSweep[Memory, Memory, str]) -> None:
         memories = [Memory(f"p{i}") for i in range(4)]
         for memory in memories:
             sweep.park(("ns", memory.name), body_of(memory.name), memory, next_check=clock.now)
         await until(lambda: all(memory.finished == 1 for memory in memories))
         assert waits == pytest.approx([1.0, 0.6, 0.2, 0.0])
-        await sweep.close()
 
-    asyncio.run(scenario())
+    play(pool, scenario, finish_waits=waits)
