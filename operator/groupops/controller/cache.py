@@ -72,6 +72,9 @@ __all__ = [
 
 _ATOMS = frozenset({str, int, float, bool, type(None)})
 
+_EVERYTHING = Selector(())
+"""The selector of every object (a Secret's cache holds one)."""
+
 
 def json_copy(value: Any) -> Any:
     """A deep copy of a JSON tree, what the API server sends and the caches hold: 3.3 times
@@ -530,7 +533,7 @@ class Caches:
         resourceVersions of the namespace's Secrets read so far; None when a cache does not
         cover the namespace or is not synced (what the reads would return is then not known
         without a request). Equal answers mean the reads of a reconcile return the same objects."""
-        wanted, every = Selector.parse(label_selector), Selector.parse("")
+        wanted = Selector.parse(label_selector)
         parts: list[object] = []
         for kind, cache in self._kinds.items():
             if not (cache.covers(namespace) and cache.synced()):
@@ -541,7 +544,7 @@ class Caches:
         for (_, name), cache in secrets:
             if not cache.synced():
                 return None
-            parts.append(("Secret", name, cache.versions(namespace, every)))
+            parts.append(("Secret", name, cache.versions(namespace, _EVERYTHING)))
         return tuple(parts)
 
     # -- WriteListener ---------------------------------------------------------------------------

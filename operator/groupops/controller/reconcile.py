@@ -159,7 +159,8 @@ failed, and the time-lag windows of the snapshot (`_read_lag`)."""
 @dataclass(frozen=True, slots=True)
 class SettledCheck:
     """A settled policy's check between its halves: the lag read it started, and what the
-    settled run saw (docs/design.md §8.3, "a settled policy is checked, not run")."""
+    settled run saw (docs/design.md §8.3, "a settled policy's loop parks, and one sweep checks
+    every parked policy")."""
 
     run: RunContext
     settled: Settled
@@ -681,14 +682,13 @@ def _start_lag_read(
         # the replicas never join the Kafka group: the history names the plan's owners (§10)
         owners = {tp: str(identity) for tp, identity in previous.owner_of().items()}
         context = replace(context, history=PlannedOwners(run.deps.history, owners))
-    source_context = context
 
     def read() -> LagSnapshot:
         readers = run.deps.kafka_readers
         if spec.lag_source.type == "kafka" and readers is not None:
-            source: LagSource = readers.source(spec.lag_source.settings, source_context)
+            source: LagSource = readers.source(spec.lag_source.settings, context)
         else:
-            source = build_lag_source(spec.lag_source.type, spec.lag_source.settings, source_context)
+            source = build_lag_source(spec.lag_source.type, spec.lag_source.settings, context)
         try:
             return source.read(spec.group_id, list(spec.topics))
         finally:
@@ -712,7 +712,7 @@ def _read_lag(
     has_plan: bool,
     started: _Started | None = None,
     wait_s: float = LAG_WAIT_S,
-) -> tuple[LagSnapshot, tuple[str, str] | None, Windows | None]:
+) -> TakenLag:
     """The lag to plan by, when the newest read failed the Degraded reason and message
     (`controller.lagread`: the run never waits long on the source), and the time-lag windows of
     that lag (None when it has none: a source without offsets, or partition counts only).

@@ -1,5 +1,5 @@
 """Settled policies are checked in batches, not run one by one (docs/design.md §8.3, "a settled
-policy's loop parks; one sweep checks every parked policy").
+policy's loop parks, and one sweep checks every parked policy").
 
 A policy whose last full run ended settled (`settled`) parks its loop: the loop no longer ticks,
 it sleeps until its `Settled.until` (the resync), a wake-up, a Lease expiry or a call from the
@@ -89,8 +89,6 @@ class SettledSweep(Generic[Memory, Check, Lag]):
         self._task: asyncio.Task[None] | None = None
         self.rounds = 0
         """Rounds so far, whether any check was due or not."""
-        self.checked = 0
-        """Checks so far."""
 
     def park(
         self,
@@ -149,7 +147,6 @@ class SettledSweep(Generic[Memory, Check, Lag]):
                 log.exception("settled sweep: checking %d policies failed", len(due))
                 outcomes = [Changed(None) for _ in due]
             self.rounds += 1
-            self.checked += len(due)
             after = self._clock()
             for parked, outcome in zip(due, outcomes, strict=True):
                 if self._parked.get(parked.key) is not parked:
