@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from groupops.consumer.audit import AuditReport, audit, load_journals
-from groupops.devstack.kube_api import KubeApi
+from groupops.devstack.kube_api import ApiError, KubeApi
 from groupops.devstack.kubelet import Kubelet
 from groupops.model import MemberId, TopicPartition
 from groupops.planner.handoff import DEFAULT_LEASE_DURATION_S
@@ -257,3 +257,38 @@ def partition(stack: PolicyStack, number: int) -> TopicPartition:
 
 def members_of(plan: PublishedPlan) -> dict[MemberId, tuple[TopicPartition, ...]]:
     return {k: tuple(v) for k, v in plan.plan.assignment.items()}
+
+
+HAND_WRITE_ATTEMPTS = 10
+
+
+def rewrite_plan_by_hand(
+    stack: PolicyStack,
+    data: Mapping[str, str],
+    annotations: Mapping[str, str],
+    write: Callable[[Callable[[], dict[str, Any]]], object] | None = None,
+) -> None:
+    """Replace the plan ConfigMap's data and annotations by hand, as `kubectl edit` or a restore
+    would. The operators may write the ConfigMap between our read and our write; like `kubectl
+    edit`, a conflict reads the latest version and writes again (the content written is ours
+    either way). `write` wraps the write (the election test records it as its own)."""
+    name = plan_configmap_name(stack.name)
+    for _ in range(HAND_WRITE_ATTEMPTS):
+        current = stack.api.get("ConfigMap", stack.namespace, name)
+        assert current is not None, f"no ConfigMap {name} to rewrite"
+        current["data"] = dict(data)
+        current["metadata"]["annotations"] = dict(annotations)
+
+        def replace(body: dict[str, Any] = current) -> dict[str, Any]:
+            return stack.api.replace("ConfigMap", stack.namespace, body)
+
+        try:
+            if write is None:
+                replace()
+            else:
+                write(replace)
+            return
+        except ApiError as error:
+            if error.status != 409:
+                raise
+    raise AssertionError(f"ConfigMap {name} changed under {HAND_WRITE_ATTEMPTS} hand writes in a row")

@@ -27,7 +27,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 from groupops.consumer.audit import load_journals
 from groupops.model import MemberId
 from groupops.planner.wire import plan_configmap_name
-from tests.e2e.consumer_e2e import PolicyStack, StackFactory
+from tests.e2e.consumer_e2e import PolicyStack, StackFactory, rewrite_plan_by_hand
 from tests.e2e.operator_support import OperatorProcess
 from tests.e2e.runtime_support import SteadyProducer
 from tests.e2e.waiting import wait_for
@@ -233,11 +233,7 @@ def run_churn(s: PolicyStack, standby: OperatorProcess) -> None:
     timeline.note("plan ConfigMap deleted")
 
     time.sleep(10)
-    current = s.api.get("ConfigMap", s.namespace, plan_configmap_name(s.name))
-    assert current is not None
-    current["data"] = older_plan["data"]
-    current["metadata"]["annotations"] = older_plan["metadata"]["annotations"]
-    s.api.replace("ConfigMap", s.namespace, current)
+    rewrite_plan_by_hand(s, older_plan["data"], older_plan["metadata"]["annotations"])
     timeline.note(f"an older plan (epoch {older_plan['data']['epoch']}) restored")
 
     time.sleep(8)

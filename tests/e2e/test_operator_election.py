@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from groupops.planner.wire import plan_configmap_name
-from tests.e2e.consumer_e2e import PolicyStack, StackFactory
+from tests.e2e.consumer_e2e import PolicyStack, StackFactory, rewrite_plan_by_hand
 from tests.e2e.operator_support import OperatorProcess
 from tests.e2e.runtime_support import SteadyProducer
 from tests.e2e.test_failover import first_processed_by
@@ -81,18 +81,6 @@ class EpochWatch:
         if epoch < self.highest:
             self.regressions.append((self.highest, epoch))
         self.highest = max(self.highest, epoch)
-
-
-def rewrite_plan(
-    stack: PolicyStack, watch: EpochWatch, data: dict[str, str], annotations: dict[str, str]
-) -> None:
-    """Replace the plan ConfigMap's content by hand (as `kubectl edit` or a restore would)."""
-    name = plan_configmap_name(stack.name)
-    current = stack.api.get("ConfigMap", stack.namespace, name)
-    assert current is not None
-    current["data"] = data
-    current["metadata"]["annotations"] = annotations
-    watch.our_write(lambda: stack.api.replace("ConfigMap", stack.namespace, current))
 
 
 def test_two_operators_lead_one_at_a_time_and_never_let_two_replicas_own_a_partition(
@@ -163,7 +151,7 @@ def _run_scenario(s: PolicyStack, first: OperatorProcess, second: OperatorProces
 
         # An older plan restored by hand.
         before = watch.highest
-        rewrite_plan(s, watch, dict(original["data"]), dict(original["metadata"]["annotations"]))
+        rewrite_plan_by_hand(s, original["data"], original["metadata"]["annotations"], watch.our_write)
         wait_for(
             "a plan above the restored one",
             lambda: (p := s.plan()) is not None and p.epoch > before and s.settled(identities),
@@ -185,7 +173,7 @@ def _run_scenario(s: PolicyStack, first: OperatorProcess, second: OperatorProces
         )
         edited = {**current["data"], **{i: "[]" for i in identities}, identities[2]: json.dumps(everything)}
         before = watch.highest
-        rewrite_plan(s, watch, edited, dict(current["metadata"]["annotations"]))
+        rewrite_plan_by_hand(s, edited, current["metadata"]["annotations"], watch.our_write)
         wait_for(
             "a plan above the edited one",
             lambda: (p := s.plan()) is not None and p.epoch > before and s.settled(identities),
