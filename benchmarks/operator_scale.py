@@ -2,7 +2,7 @@
 server (kube-apiserver + etcd of `groupops.devstack`).
 
     .venv/bin/python benchmarks/operator_scale.py [--counts 100 1000] [--steady 60] [--compare-tick 30]
-                                                  [--json FILE]
+                                                  [--single-changes 20] [--json FILE]
     .venv/bin/python benchmarks/operator_scale.py --budget [--counts 100 1000] [--max-handoffs 3]
                                                   [--max-moves-per-minute 200] [--json FILE]
 
@@ -25,7 +25,10 @@ Per N (a fresh namespace and a fresh operator with its default tick, 5 s, alread
    settled policies whose check found nothing changed, groupops_reconciles_skipped_total) and API
    requests per second (apiserver_request_total of the API server's /metrics, every client, per
    verb and in total besides WATCH);
-4. a spec change on every policy (replicas 3 -> 4, one PATCH each): latency until the plan
+4. `--single-changes` spec changes one policy at a time (a `range` policy to `roundrobin`, a
+   second apart, spread over the fleet): latency from each PATCH's answer until its plan
+   ConfigMap's epoch moves, the fleet otherwise settled;
+5. a spec change on every policy (replicas 3 -> 4, one PATCH each): latency until the plan
    ConfigMap's epoch moves past the one it had.
 
 Then, for the largest N, the operator is restarted with --tick `--compare-tick` and the steady
@@ -104,6 +107,7 @@ REPLICAS = 3
 CLIENT_THREADS = 8
 PLAN_SUFFIX = "-plan"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+SINGLE_CHANGE_TIMEOUT_S = 60.0
 
 
 # -- observing the cluster -----------------------------------------------------------------------
@@ -514,6 +518,48 @@ class Run:
         }
         print(f"  {json.dumps(self.figures['create'])}", flush=True)
 
+    def change_one_at_a_time(self, count: int, timeout: float) -> None:
+        """A spec change on one policy of the settled fleet at a time (the issue's change -> plan
+        on a loaded fleet, which `change_all` cannot show: it measures the API server's write pace),
+        `count` of them spread over the fleet: a `range` policy to `roundrobin`, which gives
+        other sets to the same three slots. Each is timed from the PATCH's answer until its plan's
+        epoch moved; the next starts a second after."""
+        ranged = [i for i in range(self.count) if STRATEGIES[i % len(STRATEGIES)] == "range"]
+        chosen = [ranged[(i * len(ranged)) // count] for i in range(min(count, len(ranged)))]
+        load = machine_load()
+        latencies: list[float] = []
+        not_moved: list[str] = []
+        api = KubeApi(self.kubeconfig)
+        try:
+            for index in chosen:
+                name = f"policy-{index:04d}"
+                times = self.observer.times(name)
+                before = times.plan_epoch()
+                api.patch(
+                    "ConsumerGroupPolicy",
+                    self.namespace,
+                    name,
+                    {"spec": {"strategy": {"type": "roundrobin"}}},
+                )
+                patched = time.time()
+                deadline = time.monotonic() + timeout
+                while (moved := times.epoch_moved_after(before)) is None and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                if moved is None:
+                    not_moved.append(name)
+                else:
+                    latencies.append(moved - patched)
+                time.sleep(1.0)
+        finally:
+            api.close()
+        self.figures["change_one_at_a_time"] = {
+            "uptime_before": load,
+            "epoch_move_latency_s": {k: round(v, 3) for k, v in spread(latencies).items()},
+            "each_s": [round(v, 3) for v in latencies],
+            "not_moved_within_s": {"timeout": timeout, "policies": not_moved},
+        }
+        print(f"  {json.dumps(self.figures['change_one_at_a_time'])}", flush=True)
+
     def change_all(self, timeout: float) -> None:
         names = self.names()
         before = {n: self.observer.times(n).plan_epoch() for n in names}
@@ -640,6 +686,8 @@ def scale_point(
         run.create_all(lambda index: policy_manifest(index, bootstrap), timeout=args.plan_timeout)
         run.figures["steady_tick_5"] = run.steady(args.steady)
         print(f"  steady: {json.dumps(run.figures['steady_tick_5'])}", flush=True)
+        if args.single_changes:
+            run.change_one_at_a_time(args.single_changes, timeout=SINGLE_CHANGE_TIMEOUT_S)
         run.change_all(timeout=args.plan_timeout)
         run.figures["log_tick_5"] = log_problems(operator.log_path)
         if compare_tick:
@@ -977,6 +1025,12 @@ def main() -> int:
         "--compare-tick", type=float, default=30.0, help="tick of the second steady window (0: skip)"
     )
     parser.add_argument("--plan-timeout", type=float, default=300.0, help="seconds to wait for all plans")
+    parser.add_argument(
+        "--single-changes",
+        type=int,
+        default=20,
+        help="spec changes made one at a time on the settled fleet before the change of all (0: skip)",
+    )
     parser.add_argument("--json", type=Path, help="write the figures here too")
     parser.add_argument(
         "--budget", action="store_true", help="inline brokers against a clusterRef with a disruption budget"
