@@ -2,7 +2,7 @@
 consumer replica, on the real API server (kube-apiserver + etcd of `groupops.devstack`).
 
     env -u KUBECONFIG .venv/bin/python benchmarks/liveness_load.py [--counts 100 1000]
-        [--modes renewal heartbeat] [--steady 60] [--crashes 10] [--json FILE]
+        [--modes renewal heartbeat] [--steady 60] [--crashes 10] [--takeovers 0] [--json FILE]
 
 Per (N, mode), N outer: a fresh API server (with $KUBECONFIG set: a fresh namespace on that one
 instead), one `groupops operator` (its defaults: tick 5 s, Lease duration 4 s, leader election
@@ -45,7 +45,17 @@ Measured, per (N, mode):
 3. crash -> plan moved: `--crashes` replicas that own partitions, one at a time, spread over the
    policies, stop being played (no renewal, heartbeat or release); the time from then until this
    driver's watch sees a plan that gives the crashed identity none of the partitions it had
-   (median, p95).
+   (median, p95);
+4. spec changes one at a time (`--changes`), timed to the epoch moving and to the new sets;
+5. with `--takeovers K` (heartbeat modes): a standby operator answering on a second port (both
+   operators give the replicas both addresses; the generator sends to the one that last granted,
+   gives each address its share of an exchange and follows a `not-leader` answer to the leader
+   it names, as `HeartbeatClient` does), K rounds of: the fleet settled, the leader SIGKILLed
+   together with one replica owning partitions; timed from the kill: the election Lease's new
+   holder, heartbeats granted again to the first, 99 % and 100 % of the live replicas, the
+   crashed replica's partitions moved in a plan; counted from the kill until all are granted:
+   the replicas' fallback Lease writes, fences of live replicas, validity lapses, the most
+   replicas invalid at once. The killed operator comes back as the next round's standby.
 
 At the end it prints the figures as JSON and the RESULTS.md table (one column per mode and N).
 """
@@ -55,6 +65,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import functools
 import heapq
 import http.client
 import itertools
@@ -101,6 +112,7 @@ from groupops.devstack.kube import KubeApiServer  # noqa: E402
 from groupops.model import MemberId, TopicPartition  # noqa: E402
 from groupops.planner.liveness import (  # noqa: E402
     Heartbeat,
+    HeartbeatAnswer,
     HeartbeatFormatError,
     HeartbeatStatus,
     decode_answer,
@@ -175,6 +187,8 @@ class Timing:
 TIMING = Timing()
 
 
+ELECTION_LEASE = "groupops-operator"
+"""The operators' election Lease (`LeaderSettings.name`)."""
 LIST_EVERY_S = 2.0
 SETTLED_FOR_S = 5.0
 """Setup is over when no plan changed for this long (and every replica acknowledged)."""
@@ -311,6 +325,8 @@ class Replica:
     lapsed: bool = False
     exchange: list[int] = field(default_factory=list)
     """The seqs of the heartbeat exchange in flight (an answer to any of them counts)."""
+    last_granted: float = 0.0
+    """Wall time of its last granted heartbeat."""
 
 
 _TICK, _DEADLINE, _RETRY = 0, 1, 2
@@ -323,6 +339,7 @@ class PlayConfig:
     count: int
     mode: str
     heartbeat_address: str | None
+    """One operator's host:port, or several separated by commas (a leader and its standby)."""
     write_threads: int
     interval_s: float = 1.0
     lease_duration_s: int = TIMING.lease.duration_s
@@ -370,16 +387,20 @@ class Fleet:
         self._heap: list[tuple[float, int, int, int, int]] = []
         self._order = itertools.count()
         self._seq = itertools.count(1)
-        self._pending: dict[int, tuple[Replica, float, Heartbeat, bool]] = {}
-        """seq -> (replica, send time, datagram, whether it is the exchange's second)."""
+        self._pending: dict[int, tuple[Replica, float, Heartbeat, bool, int]] = {}
+        """seq -> (replica, send time, datagram, whether it is the exchange's second, the index of
+        the address it went to)."""
         self._stop = threading.Event()
         self._pool = ThreadPoolExecutor(config.write_threads, thread_name_prefix="write")
         self._socket: socket.socket | None = None
-        self._target: tuple[str, int] | None = None
+        self._targets: list[tuple[str, int]] = []
+        self._preferred = 0
+        """The address that last granted, fleet-wide (`HeartbeatClient` keeps one per replica)."""
         if self.heartbeats:
             assert config.heartbeat_address is not None
-            host, _, port = config.heartbeat_address.rpartition(":")
-            self._target = (host, int(port))
+            for address in config.heartbeat_address.split(","):
+                host, _, port = address.strip().rpartition(":")
+                self._targets.append((host, int(port)))
             self._socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
             self._socket.bind(("127.0.0.1", 0))
@@ -425,9 +446,16 @@ class Fleet:
             r.token += 1
             return {"at": time.time(), "identity": r.identity, "in_flight": r.busy, "applied": r.applied}
 
-    def stats(self, since: float) -> dict[str, Any]:
+    def stats(self, since: float, granted_after: float | None = None) -> dict[str, Any]:
+        """The fleet's figures; `granted_after` (wall time) adds how many live replicas holding
+        their Lease have had a heartbeat granted since then."""
         with self._lock:
             live = [r for r in self.replicas if not r.crashed]
+            granted = (
+                None
+                if granted_after is None
+                else sum(1 for r in live if r.held and r.last_granted >= granted_after)
+            )
             acked = sum(
                 1
                 for r in live
@@ -449,6 +477,7 @@ class Fleet:
             "held": held,
             "acked_newest": acked,
             "invalid_now": invalid,
+            "granted_after": granted,
             "last_plan_change": last_plan_change,
             "counts": counts,
             "put_latency_ms": _milliseconds(latencies),
@@ -538,17 +567,20 @@ class Fleet:
             pending = self._pending.get(key)
             if pending is None:
                 return None  # answered in time
-            r, _, first, second = pending
+            r, _, first, second, target = pending
             if not second:  # half the budget gone: a second datagram, as the client sends
+                # With several addresses the client gives each its share of the budget: the
+                # second datagram goes to the next one (a dead leader's share is spent).
+                target = (target + 1) % len(self._targets)
                 seq = next(self._seq)
                 again = replace(first, seq=seq)
-                self._pending[seq] = (r, now, again, True)
+                self._pending[seq] = (r, now, again, True, target)
                 r.exchange.append(seq)
                 heapq.heappush(
                     self._heap, (now + TIMING.heartbeat_timeout_s / 2, next(self._order), _DEADLINE, seq, 0)
                 )
                 self.counts["heartbeats_resent"] += 1
-                return lambda: self._send(again)
+                return lambda: self._send(again, target)
             self._close_exchange(r)
             self.counts["heartbeats_unanswered"] += 1
             if r.crashed:
@@ -573,12 +605,13 @@ class Fleet:
                 seq=seq,
                 seen=-1 if plan is None else plan.epoch,
             )
-            self._pending[seq] = (r, now, heartbeat, False)
+            target = self._preferred
+            self._pending[seq] = (r, now, heartbeat, False, target)
             r.exchange = [seq]
             heapq.heappush(
                 self._heap, (now + TIMING.heartbeat_timeout_s / 2, next(self._order), _DEADLINE, seq, 0)
             )
-            return lambda: self._send(heartbeat)
+            return lambda: self._send(heartbeat, target)
         return lambda: self._submit(r)
 
     def _close_exchange(self, r: Replica) -> None:
@@ -593,10 +626,10 @@ class Fleet:
 
     # -- heartbeats ----------------------------------------------------------------------------------
 
-    def _send(self, heartbeat: Heartbeat) -> None:
-        assert self._socket is not None and self._target is not None
+    def _send(self, heartbeat: Heartbeat, target: int) -> None:
+        assert self._socket is not None
         try:
-            self._socket.sendto(encode_heartbeat(heartbeat), self._target)
+            self._socket.sendto(encode_heartbeat(heartbeat), self._targets[target])
         except OSError:
             self._count("heartbeat_send_errors")  # the deadline falls back to a write
             return
@@ -619,33 +652,64 @@ class Fleet:
             except HeartbeatFormatError:
                 self._count("heartbeat_answers_malformed")
                 continue
-            action: Callable[[], None] | None = None
             with self._wake:
                 pending = self._pending.get(answer.seq)
                 if pending is None:
                     self.counts["heartbeat_answers_late"] += 1
                     continue
-                r, sent, _, _ = pending
-                self._close_exchange(r)
-                if answer.status is HeartbeatStatus.GRANTED:
-                    self.counts["heartbeats_granted"] += 1
-                    r.valid_until = max(
-                        r.valid_until, sent + min(answer.valid, TIMING.lease.renew_deadline_s)
-                    )
-                    self._finish(r, at)
-                    continue
-                if r.crashed:
-                    r.busy = False
-                    continue
-                if answer.status is HeartbeatStatus.REFUSED:
-                    self.counts["heartbeats_refused"] += 1
-                    self.counts[f"refused: {' '.join(answer.reason.split()[:4])}"] += 1
-                    action = lambda r=r: self._submit(r)  # noqa: E731 - a fence shows as a conflict
-                else:
-                    self.counts["heartbeats_not_leader"] += 1
-                    action = lambda r=r: self._submit(r)  # noqa: E731
+                action = self._answered(answer, at, *pending)
             if action is not None:
                 action()
+
+    def _answered(
+        self,
+        answer: HeartbeatAnswer,
+        at: float,
+        r: Replica,
+        sent: float,
+        heartbeat: Heartbeat,
+        second: bool,
+        target: int,
+    ) -> Callable[[], None] | None:
+        """Under the lock: what an answer to one of the exchange's datagrams means; the action
+        to take outside the lock."""
+        if answer.status is HeartbeatStatus.GRANTED:
+            self._close_exchange(r)
+            self.counts["heartbeats_granted"] += 1
+            self._preferred = target
+            r.last_granted = time.time()
+            r.valid_until = max(r.valid_until, sent + min(answer.valid, TIMING.lease.renew_deadline_s))
+            self._finish(r, at)
+            return None
+        leader = self._leader_target(answer.leader)
+        if answer.status is HeartbeatStatus.NOT_LEADER:
+            self.counts["heartbeats_not_leader"] += 1
+            if leader is not None and leader != target and not r.crashed:
+                # `HeartbeatClient.exchange`: the leader it names is tried next, within the same
+                # exchange (whose deadline stands: the first datagram's entry keeps it).
+                self._preferred = leader
+                seq = next(self._seq)
+                again = replace(heartbeat, seq=seq)
+                self._pending[seq] = (r, at, again, True, leader)
+                r.exchange.append(seq)
+                return lambda: self._send(again, leader)
+        self._close_exchange(r)
+        if r.crashed:
+            r.busy = False
+            return None
+        if answer.status is HeartbeatStatus.REFUSED:
+            self.counts["heartbeats_refused"] += 1
+            self.counts[f"refused: {' '.join(answer.reason.split()[:4])}"] += 1
+        return lambda: self._submit(r)  # a fence shows as the write's conflict
+
+    def _leader_target(self, address: str | None) -> int | None:
+        """The index of the address a not-leader answer names, if it is one of ours."""
+        if not address:
+            return None
+        host, _, port = address.rpartition(":")
+        with contextlib.suppress(ValueError):
+            return self._targets.index((host.strip("[]"), int(port)))
+        return None
 
     # -- Lease writes (the pool's threads) -----------------------------------------------------------
 
@@ -839,7 +903,11 @@ def play(config: PlayConfig) -> int:
         if request["op"] == "stop":
             break
         if request["op"] == "stats":
-            reply = fleet.stats(float(request.get("since", 0.0)))
+            granted_after = request.get("granted_after")
+            reply = fleet.stats(
+                float(request.get("since", 0.0)),
+                None if granted_after is None else float(granted_after),
+            )
         elif request["op"] == "crash":
             reply = fleet.crash(request["policy"], int(request["ordinal"]))
         else:
@@ -1101,17 +1169,19 @@ class Point:
             "machine": machine_cpu_seconds(),
         }
 
-    def settle(self, timeout: float) -> None:
+    def settle(self, timeout: float, key: str = "setup") -> None:
         """Until every replica holds its Lease and acknowledged its policy's newest plan, and no
-        plan changed for SETTLED_FOR_S."""
+        plan changed for SETTLED_FOR_S (crashed replicas are no longer counted); the figures go
+        under `key`."""
         started = time.monotonic()
         reported = started
         stats = self.generator.call("stats")
         while time.monotonic() - started < timeout:
             stats = self.generator.call("stats")
+            live = stats["replicas"] - stats["crashed"]
             if (
-                stats["held"] == self.replicas
-                and stats["acked_newest"] == self.replicas
+                stats["held"] == live
+                and stats["acked_newest"] == live
                 and stats["now"] - stats["last_plan_change"] >= SETTLED_FOR_S
             ):
                 break
@@ -1125,8 +1195,9 @@ class Point:
                     flush=True,
                 )
             time.sleep(2.0)
-        settled = stats["held"] == self.replicas and stats["acked_newest"] == self.replicas
-        self.figures["setup"] = {
+        live = stats["replicas"] - stats["crashed"]
+        settled = stats["held"] == live and stats["acked_newest"] == live
+        self.figures[key] = {
             "settled": settled,
             "seconds": round(time.monotonic() - started, 1),
             "held": stats["held"],
@@ -1134,7 +1205,7 @@ class Point:
             "counts": stats["counts"],
             "uptime": machine_load(),
         }
-        print(f"  setup: {json.dumps({k: v for k, v in self.figures['setup'].items() if k != 'counts'})}")
+        print(f"  {key}: {json.dumps({k: v for k, v in self.figures[key].items() if k != 'counts'})}")
 
     def steady(self, seconds: float) -> None:
         # The scrapes are outside the CPU window (a scrape of 1,000 policies' metrics costs the
@@ -1284,6 +1355,106 @@ class Point:
             "uptime": machine_load(),
         }
 
+    def takeovers(self, count: int, standby: OperatorProcess, timeout: float) -> None:
+        """Leader takeover under load, `count` times: with a standby operator running (started
+        here, standing by, its caches synced), SIGKILL the leader and, at the same moment, crash
+        one replica that owns partitions (as a node lost with both would). Timed from the kill:
+        the election Lease's holder changing (takeover), the first and then 99 % and 100 % of
+        the live replicas granted a heartbeat again (by the new leader: the old one is dead), and
+        the crashed replica's partitions leaving its set in a published plan. Counted between
+        the kill and 100 % granted: the replicas' fallback Lease writes (what §8.5's "the fallback
+        is all at once" costs the API server), fences of live replicas, validity lapses (a real
+        replica pauses consuming then) and the most replicas invalid at once. The killed
+        operator is then started again as the standby, the fleet settles, and the next round
+        kills the new leader."""
+        groups = group_ids(self.count)
+        crashed = {r.get("policy") for r in self.figures.get("crash_to_plan", {}).get("each", [])}
+        api = KubeApi(self.kubectl.kubeconfig)
+        leader = self.operator
+        results: list[dict[str, Any]] = []
+        try:
+            for i in range(count):
+                if not standby.alive():
+                    standby.start()  # a standby does not start kopf: no `wait_started`
+                wait_until("the standby to stand by", functools.partial(_standing_by, standby), 60, standby)
+                self.settle(timeout * 4, key=f"settle_before_takeover_{i + 1}")
+                target = self._crash_target(i, count, groups, crashed)
+                assert target is not None, "no replica owns partitions"
+                policy, ordinal, epoch, held = target
+                crashed.add(policy)
+                identity = identity_name(groups[policy], ordinal)
+                deposed = _election_holder(api, self.observer.namespace)
+                before = self.generator.call("stats")
+                killed_wall, killed = time.time(), time.monotonic()
+                leader.kill()
+                self.generator.call("crash", policy=policy, ordinal=ordinal)
+                result = self._after_kill(api, deposed, killed_wall, killed, timeout)
+                moved_at = None
+                while moved_at is None and time.monotonic() - killed < timeout:
+                    moved_at = self.observer.moved_away(policy, identity, held, epoch)
+                    if moved_at is None:
+                        time.sleep(0.05)
+                result["crash_to_plan_s"] = None if moved_at is None else round(moved_at - killed_wall, 2)
+                # The window ends when every live replica was granted again (else now).
+                counts = result.pop("counts_at_all_granted", None) or self.generator.call("stats")["counts"]
+                result["in_window"] = {
+                    k: v - before["counts"].get(k, 0)
+                    for k, v in counts.items()
+                    if v != before["counts"].get(k, 0) and k.startswith(TAKEOVER_COUNTS)
+                }
+                result["fallback_lease_puts"] = sum(
+                    v for k, v in result["in_window"].items() if k.startswith("lease_put")
+                )
+                result |= {"identity": identity, "owned": len(held), "uptime": machine_load()}
+                results.append(result)
+                print(f"  takeover {i + 1}/{count}: {json.dumps(result)}", flush=True)
+                leader, standby = standby, leader
+        finally:
+            api.close()
+        self.operator = leader
+
+        def figure(key: str) -> dict[str, float]:
+            values = [r[key] for r in results if r.get(key) is not None]
+            return {k: round(v, 2) for k, v in spread(values).items()}
+
+        self.figures["takeover"] = {
+            "rounds": len(results),
+            **{key: figure(key) for key in (*TAKEOVER_TIMES, "crash_to_plan_s", "fallback_lease_puts")},
+            "each": results,
+        }
+
+    def _after_kill(
+        self,
+        api: KubeApi,
+        deposed: str | None,
+        killed_wall: float,
+        killed_at: float,
+        timeout: float,
+    ) -> dict[str, Any]:
+        """Poll the election Lease and the generator until every live replica was granted again."""
+        result: dict[str, Any] = dict.fromkeys(TAKEOVER_TIMES)
+        most_invalid = 0
+        while time.monotonic() - killed_at < timeout and result["all_granted_s"] is None:
+            if result["takeover_s"] is None and _election_holder(api, self.observer.namespace) not in (
+                None,
+                deposed,
+            ):
+                result["takeover_s"] = round(time.monotonic() - killed_at, 2)
+            elapsed = round(time.monotonic() - killed_at, 2)
+            stats = self.generator.call("stats", granted_after=killed_wall)
+            most_invalid = max(most_invalid, stats["invalid_now"])
+            granted, live = stats["granted_after"], stats["held"]
+            if result["first_granted_s"] is None and granted > 0:
+                result["first_granted_s"] = elapsed
+            if result["p99_granted_s"] is None and granted >= 0.99 * live:
+                result["p99_granted_s"] = elapsed
+            if granted >= live:
+                result["all_granted_s"] = elapsed
+                result["counts_at_all_granted"] = stats["counts"]
+            time.sleep(0.1)
+        result["most_invalid_at_once"] = most_invalid
+        return result
+
     def changes(self, count: int, timeout: float) -> None:
         """Change `count` policies' strategy one at a time, spread over the fleet: `range` ones to
         `roundrobin`, which moves partitions among the same live replicas through the handoff's
@@ -1358,6 +1529,31 @@ class Point:
         }
 
 
+TAKEOVER_TIMES = ("takeover_s", "first_granted_s", "p99_granted_s", "all_granted_s")
+"""Seconds from the leader's SIGKILL (`Point.takeovers`)."""
+TAKEOVER_COUNTS = (
+    "lease_put",
+    "heartbeats_unanswered",
+    "heartbeats_not_leader",
+    "heartbeats_refused",
+    "refused:",
+    "fenced",
+    "validity_lapses",
+)
+"""The generator's counts a takeover round reports (prefixes)."""
+
+
+def _election_holder(api: KubeApi, namespace: str) -> str | None:
+    lease = api.get("Lease", namespace, ELECTION_LEASE)
+    return None if lease is None else (lease.get("spec") or {}).get("holderIdentity") or None
+
+
+def _standing_by(operator: OperatorProcess) -> bool:
+    """Its current run is alive and logged that another operator leads."""
+    current_run = operator.log_path.read_text(errors="replace").split("==== start")[-1]
+    return operator.alive() and "standing by" in current_run
+
+
 def point(mode: str, count: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     with ExitStack() as exits:
         cluster = exits.enter_context(api_cluster(workdir / f"kube-{count}-{mode}"))
@@ -1367,13 +1563,27 @@ def point(mode: str, count: int, args: argparse.Namespace, workdir: Path) -> dic
         create_namespace(kubectl, namespace)
         metrics_port = free_port()
         extra = ["--metrics-port", str(metrics_port), "--lease-duration", str(args.lease_duration)]
-        heartbeat_address, heartbeat_port = None, None
+        heartbeat_address, heartbeat_port, standby = None, None, None
         if mode.startswith("heartbeat"):
-            heartbeat_port = free_port(socket.SOCK_DGRAM)
-            heartbeat_address = f"127.0.0.1:{heartbeat_port}"
-            extra += ["--heartbeat-port", str(heartbeat_port), "--heartbeat-address", heartbeat_address]
+            # With --takeovers a standby answers on a port of its own; both operators render the
+            # same pods (both addresses), as the chart's replicas do.
+            ports = [free_port(socket.SOCK_DGRAM) for _ in range(2 if args.takeovers else 1)]
+            heartbeat_port = ports[0]
+            heartbeat_address = ",".join(f"127.0.0.1:{port}" for port in ports)
+            addresses = [arg for port in ports for arg in ("--heartbeat-address", f"127.0.0.1:{port}")]
+            extra += ["--heartbeat-port", str(heartbeat_port), *addresses]
             if mode == "heartbeat-thread":
                 extra.append("--no-heartbeat-process")
+            if args.takeovers:
+                standby = OperatorProcess(
+                    kubeconfig=cluster.kubeconfig,
+                    namespace=namespace,
+                    log_path=workdir / f"operator-{count}-{mode}-standby.log",
+                    extra=[*extra, "--metrics-port", str(free_port()), "--heartbeat-port", str(ports[1])],
+                    tick=None,
+                    heartbeats=False,
+                )
+                exits.callback(standby.stop)
         operator = OperatorProcess(
             kubeconfig=cluster.kubeconfig,
             namespace=namespace,
@@ -1432,6 +1642,12 @@ def point(mode: str, count: int, args: argparse.Namespace, workdir: Path) -> dic
         run.figures["generator_counts_end"] = generator.call("stats")["counts"]
         run.figures["operator_rss_mib_end"] = round(ProcessSampler(operator.process.pid).rss_mib(), 1)
         run.figures["operator_log"] = log_problems(operator.log_path)
+        if standby is not None:
+            run.takeovers(args.takeovers, standby, args.takeover_timeout)
+            run.figures["takeover_logs"] = {
+                "first": log_problems(operator.log_path),
+                "second": log_problems(standby.log_path),
+            }
         run.figures["observer_relists"] = observer.relists
         run.figures["uptime_end"] = machine_load()
         return run.figures
@@ -1572,6 +1788,15 @@ def main() -> int:
     )
     parser.add_argument("--setup-timeout", type=float, default=420.0, help="seconds to wait for setup")
     parser.add_argument("--crash-timeout", type=float, default=30.0, help="seconds to wait for each move")
+    parser.add_argument(
+        "--takeovers",
+        type=int,
+        default=0,
+        help="heartbeat modes: leader takeovers (a standby started, the leader SIGKILLed with a replica)",
+    )
+    parser.add_argument(
+        "--takeover-timeout", type=float, default=60.0, help="seconds to wait for each takeover's figures"
+    )
     parser.add_argument("--write-threads", type=int, default=48, help="the generator's writer pool")
     parser.add_argument("--interval", type=float, default=1.0, help="replicas' renewal/heartbeat interval, s")
     parser.add_argument(
