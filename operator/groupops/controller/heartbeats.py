@@ -7,11 +7,13 @@ included (a standby answers `not-leader` with the leader's address); each policy
 lost compare-and-swap with `fence_failed`.
 
 The grant (`HeartbeatBook.answer`): only the leader grants, only to the incarnation that holds the
-Lease in heartbeat mode, unfenced, as the Lease cache shows it (`planner.liveness.grant_refusal`),
-and only while the policy's daemon runs here. A grant notes the moment on the policy's clock
-(`LeaseClock.hear`) and tells the replica it is valid for 0.75 x the Lease duration counted from
-its own send time, which is earlier than the moment noted: the replica stops before the operator
-may judge it silent.
+Lease in heartbeat mode, unfenced, as the Lease cache shows it (`planner.liveness.grant_refusal`).
+A grant notes the moment on the policy's clock (`LeaseClock.hear`) and tells the replica it is
+valid for 0.75 x the Lease duration counted from its own send time, which is earlier than the
+moment noted: the replica stops before the operator may judge it silent. A new leader grants
+before its daemon of the policy runs (docs/design.md §7.5, "a new leader grants from its first
+moment"): such a grant is kept on the book and heard on the policy's clock when the daemon
+attaches it, before that clock can judge anyone; the fence guard counts it too.
 
 Stuck (`planner.liveness.stuck_refusal`): a heartbeat whose reported progress exceeds the
 policy's maxPollIntervalSeconds (noted by each reconcile, `note_max_poll_interval`) is refused
@@ -37,6 +39,7 @@ back; answers are counted through a `HeartbeatTally` either way.
 from __future__ import annotations
 
 import logging
+import math
 import socket
 import threading
 import time
@@ -182,6 +185,9 @@ class HeartbeatBook:
         self._wall = wall
         self._lock = threading.Lock()
         self._clocks: dict[_PolicyKey, LeaseClock] = {}
+        self._unattached: dict[_PolicyKey, dict[str, float]] = {}
+        """Grants given while the policy had no clock here, by Lease name: heard on its clock when
+        one is attached."""
         self._refused: dict[tuple[str, str], _Refusal] = {}
         self._published: dict[_PolicyKey, tuple[int, float]] = {}
         self._max_poll: dict[_PolicyKey, float] = {}
@@ -192,6 +198,8 @@ class HeartbeatBook:
 
     def attach(self, namespace: str, policy: str, clock: LeaseClock) -> None:
         with self._lock:
+            for lease, granted in self._unattached.pop((namespace, policy), {}).items():
+                clock.hear(MemberId(lease), granted)
             self._clocks[(namespace, policy)] = clock
 
     def detach(self, namespace: str, policy: str, clock: LeaseClock) -> None:
@@ -237,10 +245,13 @@ class HeartbeatBook:
         shown = _version(self._leases(namespace, lease))
         with self._lock:
             clock = self._clocks.get((namespace, policy))
-            if clock is not None:
-                heard = clock.heard_at(MemberId(lease))
-                if heard is not None and self._clock() - heard < duration_s:
-                    return False
+            on_clock = None if clock is None else clock.heard_at(MemberId(lease))
+            heard = max(
+                -math.inf if on_clock is None else on_clock,
+                self._unattached.get((namespace, policy), {}).get(lease, -math.inf),
+            )
+            if self._clock() - heard < duration_s:
+                return False
             self._refused[(namespace, lease)] = _Refusal(incarnation, version, shown)
             return True
 
@@ -281,11 +292,8 @@ class HeartbeatBook:
                         heartbeat, HeartbeatStatus.REFUSED, reason="fenced: re-read the Lease"
                     )
                 del self._refused[key]
-            clock = self._clocks.get((heartbeat.namespace, policy))
-            if clock is None or duration <= 0:
-                return self._answer(
-                    heartbeat, HeartbeatStatus.REFUSED, reason="this operator does not run the policy yet"
-                )
+            if duration <= 0:
+                return self._answer(heartbeat, HeartbeatStatus.REFUSED, reason="the Lease has no duration")
             now = self._clock()
             published = self._published.get((heartbeat.namespace, policy))
             if (
@@ -306,7 +314,11 @@ class HeartbeatBook:
             if stuck is not None:
                 # Not heard: the replica surrenders on this answer and falls silent (§7.5).
                 return self._answer(heartbeat, HeartbeatStatus.REFUSED, reason=stuck, stuck=True)
-            clock.hear(MemberId(heartbeat.lease), now)
+            clock = self._clocks.get((heartbeat.namespace, policy))
+            if clock is not None:
+                clock.hear(MemberId(heartbeat.lease), now)
+            else:
+                self._unattached.setdefault((heartbeat.namespace, policy), {})[heartbeat.lease] = now
         return self._answer(heartbeat, HeartbeatStatus.GRANTED, valid=GRANT_FRACTION * duration)
 
     def _note_progress(self, heartbeat: Heartbeat, policy: str, identity: str) -> None:

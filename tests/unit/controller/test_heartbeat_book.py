@@ -65,15 +65,44 @@ def test_a_standby_names_the_leader_and_grants_nothing() -> None:
     assert world.clock.heard_at(MemberId(LEASE)) is None
 
 
-def test_another_process_a_detached_policy_or_a_missing_lease_are_refused() -> None:
+def test_another_process_or_a_missing_lease_are_refused() -> None:
     world = World()
     assert world.beat("p2") is HeartbeatStatus.REFUSED
-    world.book.detach(NS, POLICY, world.clock)
-    assert world.beat() is HeartbeatStatus.REFUSED
-    world.book.attach(NS, POLICY, world.clock)
     world.lease = None
     assert world.beat() is HeartbeatStatus.REFUSED
     assert world.clock.heard_at(MemberId(LEASE)) is None
+
+
+def test_a_new_leader_grants_before_the_policy_runs_and_its_clock_hears_that_grant_on_attach() -> None:
+    world = World()
+    world.book.detach(NS, POLICY, world.clock)  # as a leader that does not run the policy yet
+    assert world.beat() is HeartbeatStatus.GRANTED
+    assert world.clock.heard_at(MemberId(LEASE)) is None
+    world.now += 1.0
+    later = LeaseClock()
+    later.hear(MemberId(LEASE), world.now - 0.5)  # what the daemon heard when it started
+    world.book.attach(NS, POLICY, later)
+    assert later.heard_at(MemberId(LEASE)) == world.now - 0.5
+    earlier = LeaseClock()
+    world.book.detach(NS, POLICY, later)
+    assert world.beat() is HeartbeatStatus.GRANTED  # at 101.0
+    world.book.attach(NS, POLICY, earlier)
+    assert earlier.heard_at(MemberId(LEASE)) == 101.0
+    assert world.beat() is HeartbeatStatus.GRANTED  # attached: heard at once, as before
+    world.now += 2.0
+    assert world.beat() is HeartbeatStatus.GRANTED
+    assert earlier.heard_at(MemberId(LEASE)) == 103.0
+
+
+def test_a_grant_given_before_the_policy_runs_holds_off_the_fence_guard() -> None:
+    world = World()
+    world.book.detach(NS, POLICY, world.clock)
+    assert world.beat() is HeartbeatStatus.GRANTED
+    world.now += 3.5
+    assert not world.book.may_fence(NS, POLICY, LEASE, incarnation="p1", version="rv1", duration_s=4.0)
+    world.now += 1.0
+    assert world.book.may_fence(NS, POLICY, LEASE, incarnation="p1", version="rv1", duration_s=4.0)
+    assert world.beat() is HeartbeatStatus.REFUSED
 
 
 def test_the_fence_guard_and_a_grant_exclude_each_other() -> None:
