@@ -65,7 +65,6 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import functools
 import heapq
 import http.client
 import itertools
@@ -103,6 +102,7 @@ from tests.e2e.operator_support import (  # noqa: E402
     Kubectl,
     OperatorProcess,
     create_namespace,
+    election_holder,
     free_port,
     install_crd,
 )
@@ -187,8 +187,6 @@ class Timing:
 TIMING = Timing()
 
 
-ELECTION_LEASE = "groupops-operator"
-"""The operators' election Lease (`LeaderSettings.name`)."""
 LIST_EVERY_S = 2.0
 SETTLED_FOR_S = 5.0
 """Setup is over when no plan changed for this long (and every replica acknowledged)."""
@@ -1376,14 +1374,14 @@ class Point:
             for i in range(count):
                 if not standby.alive():
                     standby.start()  # a standby does not start kopf: no `wait_started`
-                wait_until("the standby to stand by", functools.partial(_standing_by, standby), 60, standby)
+                wait_until("the standby to stand by", standby.stands_by, 60, standby)
                 self.settle(timeout * 4, key=f"settle_before_takeover_{i + 1}")
                 target = self._crash_target(i, count, groups, crashed)
                 assert target is not None, "no replica owns partitions"
                 policy, ordinal, epoch, held = target
                 crashed.add(policy)
                 identity = identity_name(groups[policy], ordinal)
-                deposed = _election_holder(api, self.observer.namespace)
+                deposed = election_holder(api, self.observer.namespace)
                 before = self.generator.call("stats")
                 killed_wall, killed = time.time(), time.monotonic()
                 leader.kill()
@@ -1435,7 +1433,7 @@ class Point:
         result: dict[str, Any] = dict.fromkeys(TAKEOVER_TIMES)
         most_invalid = 0
         while time.monotonic() - killed_at < timeout and result["all_granted_s"] is None:
-            if result["takeover_s"] is None and _election_holder(api, self.observer.namespace) not in (
+            if result["takeover_s"] is None and election_holder(api, self.observer.namespace) not in (
                 None,
                 deposed,
             ):
@@ -1541,17 +1539,6 @@ TAKEOVER_COUNTS = (
     "validity_lapses",
 )
 """The generator's counts a takeover round reports (prefixes)."""
-
-
-def _election_holder(api: KubeApi, namespace: str) -> str | None:
-    lease = api.get("Lease", namespace, ELECTION_LEASE)
-    return None if lease is None else (lease.get("spec") or {}).get("holderIdentity") or None
-
-
-def _standing_by(operator: OperatorProcess) -> bool:
-    """Its current run is alive and logged that another operator leads."""
-    current_run = operator.log_path.read_text(errors="replace").split("==== start")[-1]
-    return operator.alive() and "standing by" in current_run
 
 
 def point(mode: str, count: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:

@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
+from groupops.controller.settings import ElectionSettings
+from groupops.devstack.kube_api import KubeApi
 from tests.e2e.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -173,8 +175,14 @@ class OperatorProcess:
 
     def leads(self) -> bool:
         """Its current run is alive and logged that it won the leader election."""
-        current_run = self.log_path.read_text(errors="replace").split("==== start")[-1]
-        return self.alive() and "leading as" in current_run
+        return self.alive() and "leading as" in self._current_run_log()
+
+    def stands_by(self) -> bool:
+        """Its current run is alive and logged that another operator leads."""
+        return self.alive() and "standing by" in self._current_run_log()
+
+    def _current_run_log(self) -> str:
+        return self.log_path.read_text(errors="replace").split("==== start")[-1]
 
     def kill(self) -> None:
         """SIGKILL: no cleanup, as a crashed or evicted operator."""
@@ -203,6 +211,12 @@ class OperatorProcess:
         args = [str(arg) for arg in self.process.args]
         last = len(args) - 1 - args[::-1].index("--metrics-port")  # the operator takes the last one
         return int(args[last + 1])
+
+
+def election_holder(api: KubeApi, namespace: str) -> str | None:
+    """Who holds the operators' election Lease in `namespace` (None: nobody)."""
+    lease = api.get("Lease", namespace, ElectionSettings(namespace=namespace, identity="").name)
+    return None if lease is None else (lease.get("spec") or {}).get("holderIdentity") or None
 
 
 def install_crd(kubectl: Kubectl) -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from groupops.planner.wire import plan_configmap_name
 from tests.e2e.consumer_e2e import PolicyStack, StackFactory, rewrite_plan_by_hand
-from tests.e2e.operator_support import OperatorProcess
+from tests.e2e.operator_support import OperatorProcess, election_holder
 from tests.e2e.runtime_support import SteadyProducer
 from tests.e2e.test_failover import first_processed_by
 from tests.e2e.waiting import wait_for
@@ -30,12 +30,10 @@ ELECTION_LEASE_S = 5.0
 """The operator's default --leader-lease-seconds."""
 TAKEOVER_ALLOWANCE_S = 3.0
 """What a loaded 2-core machine may add to lease + 1 s (process scheduling, API latency)."""
-ELECTION_LEASE = "groupops-operator"
 
 
 def holder(stack: PolicyStack) -> str | None:
-    lease = stack.api.get("Lease", stack.namespace, ELECTION_LEASE)
-    return None if lease is None else (lease.get("spec") or {}).get("holderIdentity") or None
+    return election_holder(stack.api, stack.namespace)
 
 
 class EpochWatch:

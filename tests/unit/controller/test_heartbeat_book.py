@@ -79,19 +79,21 @@ def test_a_new_leader_grants_before_the_policy_runs_and_its_clock_hears_that_gra
     assert world.beat() is HeartbeatStatus.GRANTED
     assert world.clock.heard_at(MemberId(LEASE)) is None
     world.now += 1.0
-    later = LeaseClock()
-    later.hear(MemberId(LEASE), world.now - 0.5)  # what the daemon heard when it started
-    world.book.attach(NS, POLICY, later)
-    assert later.heard_at(MemberId(LEASE)) == world.now - 0.5
-    earlier = LeaseClock()
-    world.book.detach(NS, POLICY, later)
+    # A daemon that started after the grant heard the Lease later than it: the later moment stays.
+    started_after = LeaseClock()
+    started_after.hear(MemberId(LEASE), world.now - 0.5)
+    world.book.attach(NS, POLICY, started_after)
+    assert started_after.heard_at(MemberId(LEASE)) == world.now - 0.5
+    # A clock that heard nothing gets the grant given before its attach.
+    fresh = LeaseClock()
+    world.book.detach(NS, POLICY, started_after)
     assert world.beat() is HeartbeatStatus.GRANTED  # at 101.0
-    world.book.attach(NS, POLICY, earlier)
-    assert earlier.heard_at(MemberId(LEASE)) == 101.0
+    world.book.attach(NS, POLICY, fresh)
+    assert fresh.heard_at(MemberId(LEASE)) == 101.0
     assert world.beat() is HeartbeatStatus.GRANTED  # attached: heard at once, as before
     world.now += 2.0
     assert world.beat() is HeartbeatStatus.GRANTED
-    assert earlier.heard_at(MemberId(LEASE)) == 103.0
+    assert fresh.heard_at(MemberId(LEASE)) == 103.0
 
 
 def test_a_grant_given_before_the_policy_runs_holds_off_the_fence_guard() -> None:
