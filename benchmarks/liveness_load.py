@@ -22,7 +22,8 @@ way consumer/lease.py and consumer/runtime.py do, without Kafka:
   renewal mode, a compare-and-swap PUT (renewTime moves); heartbeat mode, one UDP heartbeat
   (one shared socket, one receiver thread; `seq` is unique over the fleet, so an answer finds
   its replica), and a Lease write instead when the report changed, after a refusal (its
-  compare-and-swap reveals a fence) or when no granted answer came within 0.5 s (`beat_once`).
+  compare-and-swap reveals a fence) or when no leader's answer came within 0.75 s, unless the
+  validity still covers a later write (`LeaseKeeper._fallback_may_wait`).
   A failed write is retried once after 0.25 s. A crashed replica is simply no longer played.
 
 Writes go through a pool of `--write-threads` threads (48; one keep-alive HTTPS connection
@@ -117,6 +118,7 @@ from groupops.planner.liveness import (  # noqa: E402
     HeartbeatStatus,
     decode_answer,
     encode_heartbeat,
+    fallback_write_may_wait,
 )
 from groupops.planner.plan_format import (  # noqa: E402
     LEASE_FENCED_INCARNATION_ANNOTATION,
@@ -581,10 +583,7 @@ class Fleet:
                 return lambda: self._send(again, target)
             self._close_exchange(r)
             self.counts["heartbeats_unanswered"] += 1
-            if r.crashed:
-                r.busy = False
-                return None
-            return lambda: self._submit(r)
+            return self._no_leader_answered(r, now)
         r = self.replicas[key]
         if token != r.token or r.crashed:
             return None
@@ -692,13 +691,32 @@ class Fleet:
                 r.exchange.append(seq)
                 return lambda: self._send(again, leader)
         self._close_exchange(r)
+        if answer.status is not HeartbeatStatus.REFUSED:
+            return self._no_leader_answered(r, at)  # not-leader, and no other leader to try
         if r.crashed:
             r.busy = False
             return None
-        if answer.status is HeartbeatStatus.REFUSED:
-            self.counts["heartbeats_refused"] += 1
-            self.counts[f"refused: {' '.join(answer.reason.split()[:4])}"] += 1
+        self.counts["heartbeats_refused"] += 1
+        self.counts[f"refused: {' '.join(answer.reason.split()[:4])}"] += 1
         return lambda: self._submit(r)  # a fence shows as the write's conflict
+
+    def _no_leader_answered(self, r: Replica, now: float) -> Callable[[], None] | None:
+        """Under the lock: the exchange ended with no leader's answer. The Lease write, unless the
+        validity covers a later one (`LeaseKeeper._fallback_may_wait`): then the next interval."""
+        if r.crashed:
+            r.busy = False
+            return None
+        if fallback_write_may_wait(
+            now=now,
+            valid_until=r.valid_until,
+            interval_s=TIMING.lease.renew_interval_s,
+            heartbeat_timeout_s=TIMING.heartbeat_timeout_s,
+            write_timeout_s=TIMING.lease.request_timeout_s,
+        ):
+            self.counts["fallback_writes_waited"] += 1
+            self._finish(r, now)
+            return None
+        return lambda: self._submit(r)
 
     def _leader_target(self, address: str | None) -> int | None:
         """The index of the address a not-leader answer names, if it is one of ours."""
@@ -1531,6 +1549,7 @@ TAKEOVER_TIMES = ("takeover_s", "first_granted_s", "p99_granted_s", "all_granted
 """Seconds from the leader's SIGKILL (`Point.takeovers`)."""
 TAKEOVER_COUNTS = (
     "lease_put",
+    "fallback_writes_waited",
     "heartbeats_unanswered",
     "heartbeats_not_leader",
     "heartbeats_refused",

@@ -30,9 +30,11 @@ Protocol (the operator's side is `groupops.planner.handoff`; the format is `plan
 With heartbeat addresses (docs/design.md §7.5) the Lease says `liveness: heartbeat`, and step 2
 changes: while the report is unchanged, the interval's renewal is a heartbeat to the operator
 (no API write); a granted one makes the replica valid until its send time + the validity granted
-(at most renew_deadline). A refused or unanswered one is replaced by a Lease write (whose
-conflict reveals a fence or a takeover, step 3), so the replica stays alive while no operator
-answers. A heartbeat carries the replica's progress (`progress`: seconds since its loop last
+(at most renew_deadline). A refused one is replaced by a Lease write (whose conflict reveals a
+fence or a takeover, step 3); an unanswered one too, once the validity left no longer covers
+another interval, heartbeat and write (`fallback_write_may_wait`), so the replica stays alive
+while no operator answers and an election gap does not cost a write per replica per interval. A
+heartbeat carries the replica's progress (`progress`: seconds since its loop last
 polled, since a position last advanced under lag, since the last commit); one refused as *stuck*
 (that progress exceeds the policy's maxPollIntervalSeconds) is not followed by a Lease write: the
 keeper surrenders (step 5) and tells the replica (`on_stuck`), as when its own watchdog fires, so
@@ -44,6 +46,7 @@ that process (`fenced-incarnation`): the process could still hold grants this on
 from __future__ import annotations
 
 import copy
+import enum
 import logging
 import threading
 import time
@@ -56,7 +59,7 @@ from groupops.consumer.settings import LeaseSettings
 from groupops.kubeapi import AlreadyExists, Conflict, Forbidden, KubeError
 from groupops.model import MemberId, TopicPartition
 from groupops.planner.handoff import LeaseClock
-from groupops.planner.liveness import Heartbeat, HeartbeatStatus
+from groupops.planner.liveness import Heartbeat, HeartbeatStatus, fallback_write_may_wait
 from groupops.planner.plan_format import (
     LEASE_ERRORS_ANNOTATION,
     LEASE_FENCED_INCARNATION_ANNOTATION,
@@ -77,6 +80,14 @@ __all__ = ["LeaseKeeper"]
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
+
+
+class _Beat(enum.Enum):
+    """How a heartbeat exchange ended."""
+
+    GRANTED = "granted"
+    REFUSED = "refused"  # by the leader: the Lease write that follows reveals a fence or a takeover
+    UNANSWERED = "unanswered"  # no leader answered in time (down, or an election in progress)
 
 
 class LeaseKeeper:
@@ -141,6 +152,8 @@ class LeaseKeeper:
         self.renewals = 0
         """Lease writes that renewed it (takes and reports included)."""
         self.heartbeats_granted = 0
+        self.fallback_writes_waited = 0
+        """Intervals in which no leader answered and the Lease write was left for later."""
         self._held = False
 
     # -- what the runtime calls ---------------------------------------------------------------------
@@ -283,8 +296,10 @@ class LeaseKeeper:
             self._kick.clear()
             if self._stop.is_set():
                 return
-            if self._report_unchanged() and self.beat_once():
-                continue
+            if self._report_unchanged():
+                beat = self._beat()
+                if beat is _Beat.GRANTED or (beat is _Beat.UNANSWERED and self._fallback_may_wait()):
+                    continue
             if not self.renew_once() and not self._stop.is_set():
                 # One quick retry: a single dropped request must not cost a whole interval.
                 self._stop.wait(min(0.25, self._settings.renew_interval_s / 2))
@@ -322,6 +337,30 @@ class LeaseKeeper:
 
     def beat_once(self) -> bool:
         """One heartbeat exchange; True when it was granted (the replica is valid for longer)."""
+        return self._beat() is _Beat.GRANTED
+
+    @property
+    def _heartbeat_timeout_s(self) -> float:
+        return min(self._settings.request_timeout_s, self._settings.renew_interval_s * 0.75)
+
+    def _fallback_may_wait(self) -> bool:
+        """No leader answered: leave the Lease write for a later interval while the validity
+        covers it (`fallback_write_may_wait`); an election gap then costs the API server a write
+        per replica only near the end of each one's grant, not one per interval."""
+        with self._lock:
+            valid_until = self.valid_until
+        if not fallback_write_may_wait(
+            now=self._monotonic(),
+            valid_until=valid_until,
+            interval_s=self._settings.renew_interval_s,
+            heartbeat_timeout_s=self._heartbeat_timeout_s,
+            write_timeout_s=self._settings.request_timeout_s,
+        ):
+            return False
+        self.fallback_writes_waited += 1
+        return True
+
+    def _beat(self) -> _Beat:
         assert self._heartbeats is not None
         heartbeat = Heartbeat(
             namespace=self._kube.namespace,
@@ -331,10 +370,11 @@ class LeaseKeeper:
             seen=None if self._seen_epoch is None else self._seen_epoch(),
             progress={} if self._progress is None else self._progress(),
         )
-        timeout = min(self._settings.request_timeout_s, self._settings.renew_interval_s * 0.75)
-        result = self._heartbeats.exchange(heartbeat, timeout_s=timeout, on_send=self._sending)
+        result = self._heartbeats.exchange(
+            heartbeat, timeout_s=self._heartbeat_timeout_s, on_send=self._sending
+        )
         if result is None:
-            return False
+            return _Beat.UNANSWERED
         answer, sent = result
         if answer.status is HeartbeatStatus.GRANTED:
             with self._lock:
@@ -343,7 +383,7 @@ class LeaseKeeper:
                         self.valid_until, sent + min(answer.valid, self._settings.renew_deadline_s)
                     )
             self.heartbeats_granted += 1
-            return True
+            return _Beat.GRANTED
         if answer.stuck:
             # The operator judged this replica stuck on the progress it reported: a Lease write
             # would keep it valid all the same, so none follows (docs/design.md §7.5).
@@ -351,12 +391,12 @@ class LeaseKeeper:
             self.surrender()
             if self._on_stuck is not None:
                 self._on_stuck(answer.reason)
-            return False
+            return _Beat.REFUSED
         if sent - self._refusal_logged > 30:
             # Refused: the renewal that follows learns a fence or a takeover from its conflict.
             self._refusal_logged = sent
             log.info("heartbeat for Lease %s refused (%s); writing the Lease", self.name, answer.reason)
-        return False
+        return _Beat.REFUSED
 
     def _sending(self) -> float | None:
         """The send time of a write about to go out, noted for `surrender`; None once surrendered

@@ -54,12 +54,14 @@ __all__ = [
     "decode_heartbeat",
     "encode_answer",
     "encode_heartbeat",
+    "fallback_write_may_wait",
     "grant_refusal",
     "parse_addresses",
     "stuck_refusal",
 ]
 
 MAX_DATAGRAM = 1400
+"""Fits one Ethernet frame: a heartbeat is never fragmented."""
 
 STUCK_GRACE_S = 3.0
 """How far past maxPollIntervalSeconds a heartbeat's progress must be before the operator refuses
@@ -67,7 +69,6 @@ it as stuck. The replica's own watchdog declares within 2.5 s of the interval
 (consumer.progress.LATEST_VERDICT_S), with a verdict that names its rule; the operator is the
 backstop for a watchdog that is broken or more lenient, so it must not race a working one
 (docs/design.md §7.5, fifth rule)."""
-"""Fits one Ethernet frame: a heartbeat is never fragmented."""
 
 _VERSION = 1
 
@@ -191,6 +192,23 @@ def grant_refusal(
     if record.fenced_incarnation == incarnation:
         return "fenced: re-read the Lease"
     return None
+
+
+def fallback_write_may_wait(
+    *, now: float, valid_until: float, interval_s: float, heartbeat_timeout_s: float, write_timeout_s: float
+) -> bool:
+    """After a heartbeat that no leader answered (none reachable, or only `not-leader` answers):
+    may the replica leave its fallback Lease write for a later interval? Yes while its validity
+    still covers one more interval, one more heartbeat exchange and one more write after it, so a
+    write that turns out to be needed still returns before the validity ends.
+
+    Sound for fencing because validity only ever grows with a grant or a written Lease: skipping
+    a write can shorten how long the replica stays valid, never lengthen it, and the operator
+    judges expiry from the last grant or write it saw, which the skipped write was not
+    (docs/design.md §7.5, the fallback). It saves writes only when a grant outlasts that sum: a
+    4 s Lease's 3 s grant never does, a 10 s Lease's 7.5 s grant spares the writes of the first
+    3.5 s of an election gap."""
+    return now + interval_s + heartbeat_timeout_s + write_timeout_s <= valid_until
 
 
 def stuck_refusal(progress: Mapping[str, float], max_poll_interval_s: float | None) -> str | None:

@@ -1,0 +1,187 @@
+"""The fallback Lease write after an unanswered heartbeat waits while the replica's validity covers
+a later one (planner.liveness.fallback_write_may_wait, docs/design.md §7.5): the rule itself, and
+the keeper's renewal thread against a heartbeat address nobody answers (a bound loopback socket
+that stays silent) and against one that refuses."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from groupops.consumer.lease import LeaseKeeper
+from groupops.consumer.settings import LeaseSettings
+from groupops.planner.liveness import (
+    HeartbeatAnswer,
+    HeartbeatStatus,
+    decode_heartbeat,
+    encode_answer,
+    fallback_write_may_wait,
+)
+from tests.unit.consumer.test_consumer_lease import NAME, LeaseStore
+
+# -- the rule -------------------------------------------------------------------------------------
+
+
+def test_with_the_default_4_s_lease_an_unanswered_heartbeat_is_always_followed_by_a_write() -> None:
+    granted_at = 100.0
+    # the earliest a later heartbeat can go unanswered: an interval and its timeout after the grant
+    for tenths in range(23):
+        assert not fallback_write_may_wait(
+            now=granted_at + 1.75 + tenths / 10,
+            valid_until=granted_at + 3.0,  # a grant of 0.75 x 4 s
+            interval_s=1.0,
+            heartbeat_timeout_s=0.75,
+            write_timeout_s=1.0,  # a quarter of the duration
+        )
+
+
+def test_with_a_10_s_lease_the_write_waits_for_the_first_3_75_s_after_the_grant() -> None:
+    granted_at = 100.0
+
+    def waits(after: float) -> bool:
+        return fallback_write_may_wait(
+            now=granted_at + after,
+            valid_until=granted_at + 7.5,
+            interval_s=1.0,
+            heartbeat_timeout_s=0.75,
+            write_timeout_s=2.0,
+        )
+
+    assert waits(1.75) and waits(3.5) and waits(3.75)
+    assert not waits(3.76) and not waits(5.25)
+
+
+@given(
+    now=st.floats(0, 1_000),
+    left=st.floats(0, 30),
+    interval=st.floats(0.05, 5),
+    heartbeat=st.floats(0.01, 5),
+    write=st.floats(0.01, 5),
+    next_try=st.floats(0, 1),
+    beat_took=st.floats(0, 1),
+    write_took=st.floats(0, 1),
+)
+def test_a_write_left_for_later_still_returns_before_the_validity_ends(
+    now: float,
+    left: float,
+    interval: float,
+    heartbeat: float,
+    write: float,
+    next_try: float,
+    beat_took: float,
+    write_took: float,
+) -> None:
+    """If it waits now, the next interval's heartbeat (within its timeout) and, if that is not
+    answered either, the write (within its timeout) end before the validity does."""
+    valid_until = now + left
+    if fallback_write_may_wait(
+        now=now,
+        valid_until=valid_until,
+        interval_s=interval,
+        heartbeat_timeout_s=heartbeat,
+        write_timeout_s=write,
+    ):
+        write_returned = now + next_try * interval + beat_took * heartbeat + write_took * write
+        assert write_returned <= valid_until + 1e-9
+
+
+# -- the keeper's renewal thread --------------------------------------------------------------------
+
+
+@contextmanager
+def heartbeat_port(answer: HeartbeatStatus | None) -> Iterator[str]:
+    """A loopback UDP port: silent (None), or answering every heartbeat with `answer`."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(0.05)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                data, sender = sock.recvfrom(2048)
+            except TimeoutError:
+                continue
+            if answer is not None:
+                seq = decode_heartbeat(data).seq
+                sock.sendto(
+                    encode_answer(HeartbeatAnswer(seq=seq, status=answer, reason="unknown Lease")), sender
+                )
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(2)
+        sock.close()
+
+
+class CountingStore(LeaseStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.updates = 0
+
+    def update_lease(self, body: dict[str, object]) -> dict[str, object]:  # type: ignore[override]
+        self.updates += 1
+        return super().update_lease(body)  # type: ignore[arg-type]
+
+
+def run_keeper(address: str, *, renew_deadline_s: float, seconds: float) -> tuple[int, float]:
+    """Lease writes during `seconds` of the keeper's thread (after the take), and the longest time
+    it was not valid in that span (sampled every 10 ms)."""
+    settings = LeaseSettings(
+        duration_s=3,
+        renew_interval_s=0.2,
+        renew_deadline_s=renew_deadline_s,
+        request_timeout_s=0.3,
+        heartbeat_addresses=(address,),
+    )
+    store = CountingStore()
+    k = LeaseKeeper(store, settings, name=NAME, policy="orders", identity="g-0", incarnation="aaaa")  # type: ignore[arg-type]
+    assert k.acquire(threading.Event())
+    k.start()
+    invalid_since: float | None = None
+    longest_invalid = 0.0
+    try:
+        end = time.monotonic() + seconds
+        while (now := time.monotonic()) < end:
+            if k.valid():
+                invalid_since = None
+            else:
+                invalid_since = now if invalid_since is None else invalid_since
+                longest_invalid = max(longest_invalid, now - invalid_since)
+            time.sleep(0.01)
+    finally:
+        k.stop()
+    return store.updates, longest_invalid
+
+
+def test_no_leader_answering_a_long_validity_costs_a_write_only_near_its_end() -> None:
+    # a write keeps it valid 2 s; an interval, a heartbeat and a write take 0.2 + 0.15 + 0.3 s: it
+    # writes about every 1.35-1.7 s instead of every 0.35 s
+    with heartbeat_port(None) as address:
+        writes, longest_invalid = run_keeper(address, renew_deadline_s=2.0, seconds=4.0)
+    assert 1 <= writes <= 4, writes
+    assert longest_invalid == 0.0, "it stayed valid throughout"
+
+
+def test_no_leader_answering_a_short_validity_is_written_every_interval() -> None:
+    # 0.6 s of validity never covers 0.65 s: the write follows every unanswered heartbeat
+    with heartbeat_port(None) as address:
+        writes, _ = run_keeper(address, renew_deadline_s=0.6, seconds=4.0)
+    assert writes >= 8, writes
+
+
+def test_a_refused_heartbeat_is_followed_by_a_write_at_once_whatever_the_validity() -> None:
+    # a refusal may mean a fence: the write's conflict is how the replica learns it
+    with heartbeat_port(HeartbeatStatus.REFUSED) as address:
+        writes, _ = run_keeper(address, renew_deadline_s=2.0, seconds=4.0)
+    assert writes >= 8, writes
