@@ -1450,6 +1450,8 @@ class Point:
         """Poll the election Lease and the generator until every live replica was granted again."""
         result: dict[str, Any] = dict.fromkeys(TAKEOVER_TIMES)
         most_invalid = 0
+        timeline: list[dict[str, Any]] = []
+        sampled: dict[str, Any] | None = None
         while time.monotonic() - killed_at < timeout and result["all_granted_s"] is None:
             if result["takeover_s"] is None and election_holder(api, self.observer.namespace) not in (
                 None,
@@ -1467,8 +1469,23 @@ class Point:
             if granted >= live:
                 result["all_granted_s"] = elapsed
                 result["counts_at_all_granted"] = stats["counts"]
+            if sampled is None or elapsed - sampled["s"] >= 1.0:
+                # Once a second: how the fleet comes back (granted since the kill, invalid now)
+                # and what its exchanges ended in during that second.
+                counts = stats["counts"]
+                previous = sampled["counts"] if sampled is not None else counts
+                timeline.append(
+                    {
+                        "s": elapsed,
+                        "granted": granted,
+                        "invalid": stats["invalid_now"],
+                        **{k: counts.get(k, 0) - previous.get(k, 0) for k in TIMELINE_COUNTS},
+                    }
+                )
+                sampled = {"s": elapsed, "counts": counts}
             time.sleep(0.1)
         result["most_invalid_at_once"] = most_invalid
+        result["timeline"] = timeline
         return result
 
     def changes(self, count: int, timeout: float) -> None:
@@ -1547,6 +1564,16 @@ class Point:
 
 TAKEOVER_TIMES = ("takeover_s", "first_granted_s", "p99_granted_s", "all_granted_s")
 """Seconds from the leader's SIGKILL (`Point.takeovers`)."""
+TIMELINE_COUNTS = (
+    "heartbeats_granted",
+    "heartbeats_not_leader",
+    "heartbeats_unanswered",
+    "heartbeats_refused",
+    "lease_put_ok",
+    "fallback_writes_waited",
+    "fenced",
+)
+"""What a takeover's once-a-second timeline counts (`_after_kill`)."""
 TAKEOVER_COUNTS = (
     "lease_put",
     "fallback_writes_waited",
