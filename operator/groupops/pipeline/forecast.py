@@ -32,16 +32,20 @@ from pyspark.sql import functions as sf
 from groupops.lag.forecast import FORECAST_COLUMNS
 from groupops.pipeline.frames import PARTITION_KEYS, recent, with_seconds_and_lag
 
-__all__ = ["STATUSES", "forecast"]
+__all__ = ["SAMPLE_ORDER", "STATUSES", "STREAM_KEY", "forecast", "window_rows"]
 
 STATUSES = ("OK", "WARN", "STOP", "STALL", "REWIND", "UNKNOWN")
-_STREAM = "partition_hash"  # xxhash64 of PARTITION_KEYS: the sort's leading key
+STREAM_KEY = "partition_hash"  # xxhash64 of PARTITION_KEYS: the sort's leading key
 
 
-def forecast(snapshots: DataFrame, *, window_s: float, horizon_s: float) -> DataFrame:
-    """Lag forecast and status per partition (see the module docstring)."""
-    if window_s <= 0 or horizon_s < 0:
-        raise ValueError(f"window must be positive and horizon not negative, not {window_s} / {horizon_s}")
+SAMPLE_ORDER = ("t", "consumed", "lag", "log_end", "member")
+"""A partition's samples in time order (ties broken by the rest: the order is total)."""
+
+
+def window_rows(snapshots: DataFrame, *, window_s: float) -> DataFrame:
+    """The samples of each group's last `window_s` seconds, with `consumed` and the stream key
+    `partition_hash`: the rows the Window operator gets, before their shuffle and sort (exposed
+    for benchmarks/pipeline_stages.py, which times that shuffle and sort alone)."""
     rows = with_seconds_and_lag(snapshots).select(
         *PARTITION_KEYS,
         "t",
@@ -50,20 +54,25 @@ def forecast(snapshots: DataFrame, *, window_s: float, horizon_s: float) -> Data
         "log_end",
         "member",
     )
+    recent_rows = recent(rows, time_column="t", span_s=window_s).drop("newest_t")
+    return recent_rows.withColumn(STREAM_KEY, sf.xxhash64(*PARTITION_KEYS))
+
+
+def forecast(snapshots: DataFrame, *, window_s: float, horizon_s: float) -> DataFrame:
+    """Lag forecast and status per partition (see the module docstring)."""
+    if window_s <= 0 or horizon_s < 0:
+        raise ValueError(f"window must be positive and horizon not negative, not {window_s} / {horizon_s}")
     # The window's rows only, dropped where they are read (an aggregate of each group's newest
     # time joined back), then one shuffle and one sort per partition in sample order.
-    recent_rows = recent(rows, time_column="t", span_s=window_s).drop("newest_t")
-    sample = sf.struct("t", "consumed", "lag", "log_end", "member")
-    stream = recent_rows.withColumn(_STREAM, sf.xxhash64(*PARTITION_KEYS))
-    in_order = Window.partitionBy(_STREAM, *PARTITION_KEYS).orderBy(
-        "t", "consumed", "lag", "log_end", "member"
-    )
+    sample = sf.struct(*SAMPLE_ORDER)
+    stream = window_rows(snapshots, window_s=window_s)
+    in_order = Window.partitionBy(STREAM_KEY, *PARTITION_KEYS).orderBy(*SAMPLE_ORDER)
     # Consecutive samples (i-1, i) in the order of the samples sorted as structs: `lag` (the
     # window function) gives sample i-1 on row i, null on the first row, so a pair with a null
     # side is neither a rewind nor a fall, as in the array form this replaces.
     paired = stream.select(
         *PARTITION_KEYS,
-        _STREAM,
+        STREAM_KEY,
         sample.alias("sample"),
         (sf.col("consumed") < sf.lag("consumed").over(in_order)).alias("went_back"),
         (sf.col("lag") < sf.lag("lag").over(in_order)).alias("fell"),
@@ -71,7 +80,7 @@ def forecast(snapshots: DataFrame, *, window_s: float, horizon_s: float) -> Data
         "lag",
     )
     # Grouped by the same leading keys the window sorted by, so the aggregate reuses that order.
-    per_partition = paired.groupBy(_STREAM, *PARTITION_KEYS).agg(
+    per_partition = paired.groupBy(STREAM_KEY, *PARTITION_KEYS).agg(
         sf.count(sf.lit(1)).cast("int").alias("n"),
         sf.min("sample").alias("first"),
         sf.max("sample").alias("last"),

@@ -27,12 +27,19 @@ member (and "" for unowned partitions) the partition count, summed lag and the l
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as sf
 
 from groupops.pipeline.frames import GROUP_KEYS, TOPIC_PARTITION_KEYS, at_newest, with_seconds_and_lag
 
-__all__ = ["timelag", "timelag_by_group", "timelag_by_member"]
+__all__ = [
+    "LOOKUP_ORDER",
+    "lookup_stream",
+    "timelag",
+    "timelag_by_group",
+    "timelag_by_member",
+    "with_consumed",
+]
 
 _HISTORY, _QUERY = 1, 0
 # A history point's offset and time, null on queries (and on a history row missing either): two
@@ -40,11 +47,26 @@ _HISTORY, _QUERY = 1, 0
 _POINT_OFFSET, _POINT_T = "point_offset", "point_t"
 
 
-def timelag(snapshots: DataFrame) -> DataFrame:
-    """Seconds behind for every snapshot row (see the module docstring)."""
-    rows = with_seconds_and_lag(snapshots).withColumn(
+LOOKUP_ORDER = ("offset", "kind", "t")
+"""The stream's order within each (cluster, topic, partition): what its one sort sorts by."""
+
+
+def with_consumed(snapshots: DataFrame) -> DataFrame:
+    """Snapshot rows with `t`, `lag` and `consumed` (the committed offset, else the log start)."""
+    return with_seconds_and_lag(snapshots).withColumn(
         "consumed", sf.coalesce(sf.col("committed"), sf.col("log_start"))
     )
+
+
+def _caught_up() -> Column:
+    """A row committed at its log end: 0 s behind without a lookup."""
+    return sf.col("consumed") >= sf.col("log_end")
+
+
+def lookup_stream(rows: DataFrame) -> DataFrame:
+    """The history points and the rows to look up (not caught up) of `with_consumed` rows as one
+    stream: the rows the Window operator gets, before their shuffle and sort (exposed for
+    benchmarks/pipeline_stages.py, which times that shuffle and sort alone)."""
     history = rows.select(
         *TOPIC_PARTITION_KEYS,
         sf.col("log_end").alias("offset"),
@@ -55,9 +77,8 @@ def timelag(snapshots: DataFrame) -> DataFrame:
         sf.lit(None).cast("long").alias("lag"),
     )
     # A caught-up row is 0 s behind without a lookup: it stays out of the stream (most rows of a
-    # healthy cluster), and comes back, unshuffled, in the union at the end.
-    caught_up = sf.col("consumed") >= sf.col("log_end")
-    queries = rows.where(~caught_up | caught_up.isNull()).select(
+    # healthy cluster), and comes back, unshuffled, in the union at the end (`timelag`).
+    queries = rows.where(~_caught_up() | _caught_up().isNull()).select(
         *TOPIC_PARTITION_KEYS,
         sf.col("consumed").alias("offset"),
         "t",
@@ -66,14 +87,20 @@ def timelag(snapshots: DataFrame) -> DataFrame:
         "member",
         "lag",
     )
-    is_history = sf.col("kind") == _HISTORY
-    is_point = is_history & sf.col("offset").isNotNull() & sf.col("t").isNotNull()
-    stream = history.unionByName(queries).select(
+    is_point = (sf.col("kind") == _HISTORY) & sf.col("offset").isNotNull() & sf.col("t").isNotNull()
+    return history.unionByName(queries).select(
         "*",
         sf.when(is_point, sf.col("offset")).alias(_POINT_OFFSET),
         sf.when(is_point, sf.col("t")).alias(_POINT_T),
     )
-    ascending = Window.partitionBy(*TOPIC_PARTITION_KEYS).orderBy("offset", "kind", "t")
+
+
+def timelag(snapshots: DataFrame) -> DataFrame:
+    """Seconds behind for every snapshot row (see the module docstring)."""
+    rows = with_consumed(snapshots)
+    stream = lookup_stream(rows)
+    is_history = sf.col("kind") == _HISTORY
+    ascending = Window.partitionBy(*TOPIC_PARTITION_KEYS).orderBy(*LOOKUP_ORDER)
     # The partition-wide extremes over the same ordering (a frame of every row) rather than an
     # unordered window: Spark evaluates all of them in one Window operator, which buffers each
     # partition's stream once; two window specifications made two operators, two passes.
@@ -109,7 +136,7 @@ def timelag(snapshots: DataFrame) -> DataFrame:
     ts = sf.timestamp_seconds("t").alias("ts")
     output = ("cluster", "group", "topic", "partition", "member", ts, "lag")
     return located.select(*output, time_lag.alias("time_lag_s")).unionByName(
-        rows.where(caught_up).select(*output, sf.lit(0.0).alias("time_lag_s"))
+        rows.where(_caught_up()).select(*output, sf.lit(0.0).alias("time_lag_s"))
     )
 
 
