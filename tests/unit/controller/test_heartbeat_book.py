@@ -48,6 +48,10 @@ class World:
         heartbeat = Heartbeat(namespace=NS, lease=LEASE, incarnation=incarnation, seq=1, seen=seen)
         return self.book.answer(heartbeat).status
 
+    def may_fence(self) -> bool:
+        """The fence guard for p1's Lease as judged on version rv1, with the Lease's 4 s."""
+        return self.book.may_fence(NS, POLICY, LEASE, incarnation="p1", version="rv1", duration_s=4.0)
+
 
 def test_a_grant_is_noted_on_the_policy_clock_with_three_quarters_of_the_lease() -> None:
     world = World()
@@ -101,9 +105,9 @@ def test_a_grant_given_before_the_policy_runs_holds_off_the_fence_guard() -> Non
     world.book.detach(NS, POLICY, world.clock)
     assert world.beat() is HeartbeatStatus.GRANTED
     world.now += 3.5
-    assert not world.book.may_fence(NS, POLICY, LEASE, incarnation="p1", version="rv1", duration_s=4.0)
+    assert not world.may_fence()
     world.now += 1.0
-    assert world.book.may_fence(NS, POLICY, LEASE, incarnation="p1", version="rv1", duration_s=4.0)
+    assert world.may_fence()
     assert world.beat() is HeartbeatStatus.REFUSED
 
 
@@ -111,9 +115,9 @@ def test_the_fence_guard_and_a_grant_exclude_each_other() -> None:
     world = World()
     assert world.beat() is HeartbeatStatus.GRANTED
     world.now += 3.0
-    assert not world.book.may_fence(NS, POLICY, LEASE, incarnation="p1", version="rv1", duration_s=4.0)
+    assert not world.may_fence()
     world.now += 1.5
-    assert world.book.may_fence(NS, POLICY, LEASE, incarnation="p1", version="rv1", duration_s=4.0)
+    assert world.may_fence()
     # The cache still shows the version the fence was judged on: no grant until it moves on.
     assert world.beat() is HeartbeatStatus.REFUSED
     # The fence landed: the Lease names the fenced incarnation.
@@ -130,7 +134,7 @@ def test_the_fence_guard_and_a_grant_exclude_each_other() -> None:
 def test_a_fence_that_lost_its_compare_and_swap_lifts_the_refusal() -> None:
     world = World()
     world.now += 10
-    assert world.book.may_fence(NS, POLICY, LEASE, incarnation="p1", version="rv1", duration_s=4.0)
+    assert world.may_fence()
     world.book.fence_failed(NS, LEASE, version="rv0")  # another judgement's: not ours to lift
     assert world.beat() is HeartbeatStatus.REFUSED
     world.book.fence_failed(NS, LEASE, version="rv1")
