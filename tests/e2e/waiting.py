@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["wait_for"]
+__all__ = ["held_for", "wait_for"]
 
 
 def wait_for(
@@ -28,3 +28,21 @@ def wait_for(
         time.sleep(interval)
     details = f"\n{explain()}" if explain is not None else ""
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last: {last!r}{details}")
+
+
+def held_for(seconds: float, probe: Callable[[], Any]) -> Callable[[], bool]:
+    """A probe for `wait_for` that is true once `probe` has been true at every poll for
+    `seconds`: for a figure the system writes periodically, a reading older than the period may
+    not show what just happened."""
+    since: float | None = None
+
+    def held() -> bool:
+        nonlocal since
+        if not probe():
+            since = None
+            return False
+        now = time.monotonic()
+        since = now if since is None else since
+        return now - since >= seconds
+
+    return held
