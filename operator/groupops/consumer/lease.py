@@ -152,6 +152,8 @@ class LeaseKeeper:
         self.renewals = 0
         """Lease writes that renewed it (takes and reports included)."""
         self.heartbeats_granted = 0
+        self.heartbeats_refused = 0
+        self.heartbeats_unanswered = 0
         self.fallback_writes_waited = 0
         """Intervals in which no leader answered and the Lease write was left for later."""
         self._held = False
@@ -374,6 +376,7 @@ class LeaseKeeper:
             heartbeat, timeout_s=self._heartbeat_timeout_s, on_send=self._sending
         )
         if result is None:
+            self.heartbeats_unanswered += 1
             return _Beat.UNANSWERED
         answer, sent = result
         if answer.status is HeartbeatStatus.GRANTED:
@@ -391,11 +394,13 @@ class LeaseKeeper:
             self.surrender()
             if self._on_stuck is not None:
                 self._on_stuck(answer.reason)
+            self.heartbeats_refused += 1
             return _Beat.REFUSED
         if sent - self._refusal_logged > 30:
             # Refused: the renewal that follows learns a fence or a takeover from its conflict.
             self._refusal_logged = sent
             log.info("heartbeat for Lease %s refused (%s); writing the Lease", self.name, answer.reason)
+        self.heartbeats_refused += 1
         return _Beat.REFUSED
 
     def _sending(self) -> float | None:

@@ -45,6 +45,16 @@ tell replicas apart. Labels stay bounded: at most one series per partition, neve
 | lag                      | gauge     | topic, partition | high watermark - next offset to process, per     |
 |                          |           |                  | owned partition, every commit interval, from the |
 |                          |           |                  | client's cached watermarks (no broker call)      |
+| lease_writes_total       | counter   |                  | Lease writes the API server accepted (the take,  |
+|                          |           |                  | renewals, acknowledgements, the release): with   |
+|                          |           |                  | heartbeats, a steady replica adds none           |
+| heartbeats_total         | counter   | answer           | heartbeat exchanges with the operator (§7.5), by |
+|                          |           |                  | answer: `granted` (valid for longer, no write),  |
+|                          |           |                  | `refused` (a Lease write follows at once),       |
+|                          |           |                  | `unanswered` (no leader reachable in time)       |
+| fallback_waits_total     | counter   |                  | unanswered heartbeats whose fallback Lease write |
+|                          |           |                  | waited while the validity still covered a later  |
+|                          |           |                  | one (an election gap costs no write per interval)|
 """
 
 from __future__ import annotations
@@ -52,7 +62,8 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Protocol
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -90,6 +101,51 @@ class _ProcessedByPartition(Collector):
         for tp, count in sorted(self.counts.copy().items()):
             family.add_metric([tp.topic, str(tp.partition)], count)
         yield family
+
+
+class LivenessCounts(Protocol):
+    """What the Lease keeper counts (`consumer.lease.LeaseKeeper`): plain integers its one
+    renewal thread increments."""
+
+    renewals: int
+    heartbeats_granted: int
+    heartbeats_refused: int
+    heartbeats_unanswered: int
+    fallback_writes_waited: int
+
+
+class _Liveness(Collector):
+    """The keeper's counters, read at scrape time (the keeper stays free of prometheus-client);
+    zero before the replica has a keeper."""
+
+    def __init__(self) -> None:
+        self.source: Callable[[], LivenessCounts | None] = lambda: None
+
+    def collect(self) -> Iterator[Metric]:
+        counts = self.source()
+        writes = CounterMetricFamily(
+            "groupops_consumer_lease_writes", "Lease writes the API server accepted (take, renewals, reports)"
+        )
+        writes.add_metric([], 0 if counts is None else counts.renewals)
+        yield writes
+        beats = CounterMetricFamily(
+            "groupops_consumer_heartbeats",
+            "Heartbeat exchanges with the operator by answer: granted, refused, unanswered.",
+            labels=("answer",),
+        )
+        for answer, count in (
+            ("granted", 0 if counts is None else counts.heartbeats_granted),
+            ("refused", 0 if counts is None else counts.heartbeats_refused),
+            ("unanswered", 0 if counts is None else counts.heartbeats_unanswered),
+        ):
+            beats.add_metric([answer], count)
+        yield beats
+        waited = CounterMetricFamily(
+            "groupops_consumer_fallback_waits",
+            "Unanswered heartbeats whose fallback Lease write waited while the validity covered a later one.",
+        )
+        waited.add_metric([], 0 if counts is None else counts.fallback_writes_waited)
+        yield waited
 
 
 class ConsumerMetrics:
@@ -179,10 +235,16 @@ class ConsumerMetrics:
             registry=self.registry,
         )
         self._lag_partitions: set[TopicPartition] = set()
+        self._liveness = _Liveness()
+        self.registry.register(self._liveness)
         self._server: WSGIServer | None = None
         self._server_thread: threading.Thread | None = None
 
     # -- what the runtime reports ---------------------------------------------------------------
+
+    def follow_liveness(self, keeper: LivenessCounts) -> None:
+        """Serve `keeper`'s heartbeat and Lease write counts from now on."""
+        self._liveness.source = lambda: keeper
 
     def plan_applied(self, epoch: int, *, owned: int) -> None:
         self.epoch_applied.set(epoch)

@@ -160,6 +160,7 @@ class Replica:
             progress=self._progress_report,
             on_stuck=self._judged_stuck_by_operator,
         )
+        self.metrics.follow_liveness(self._keeper)
         return self._keeper
 
     def _start_watchdog(self) -> None:

@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from groupops.consumer.lease import LeaseKeeper
+from groupops.consumer.metrics import ConsumerMetrics
 from groupops.consumer.settings import LeaseSettings
 from groupops.planner.liveness import (
     HeartbeatAnswer,
@@ -134,9 +135,11 @@ class CountingStore(LeaseStore):
         return super().update_lease(body)  # type: ignore[arg-type]
 
 
-def run_keeper(address: str, *, renew_deadline_s: float, seconds: float) -> tuple[int, float]:
+def run_keeper(
+    address: str, *, renew_deadline_s: float, seconds: float, metrics: ConsumerMetrics | None = None
+) -> tuple[int, float]:
     """Lease writes during `seconds` of the keeper's thread (after the take), and the longest time
-    it was not valid in that span (sampled every 10 ms)."""
+    it was not valid in that span (sampled every 10 ms). `metrics` follow the keeper's counts."""
     settings = LeaseSettings(
         duration_s=3,
         renew_interval_s=0.2,
@@ -146,6 +149,8 @@ def run_keeper(address: str, *, renew_deadline_s: float, seconds: float) -> tupl
     )
     store = CountingStore()
     k = LeaseKeeper(store, settings, name=NAME, policy="orders", identity="g-0", incarnation="aaaa")  # type: ignore[arg-type]
+    if metrics is not None:
+        metrics.follow_liveness(k)
     assert k.acquire(threading.Event())
     k.start()
     invalid_since: float | None = None
@@ -185,3 +190,28 @@ def test_a_refused_heartbeat_is_followed_by_a_write_at_once_whatever_the_validit
     with heartbeat_port(HeartbeatStatus.REFUSED) as address:
         writes, _ = run_keeper(address, renew_deadline_s=2.0, seconds=4.0)
     assert writes >= 8, writes
+
+
+def scraped(metrics: ConsumerMetrics, name: str, **labels: str) -> float:
+    value = metrics.registry.get_sample_value(name, labels)
+    assert value is not None, f"{name}{labels} is not served"
+    return value
+
+
+def test_the_replicas_metrics_count_its_heartbeats_by_answer_its_lease_writes_and_the_waits() -> None:
+    metrics = ConsumerMetrics()
+    assert scraped(metrics, "groupops_consumer_lease_writes_total") == 0, "served before a keeper"
+    with heartbeat_port(None) as address:
+        writes, _ = run_keeper(address, renew_deadline_s=2.0, seconds=2.0, metrics=metrics)
+    unanswered = scraped(metrics, "groupops_consumer_heartbeats_total", answer="unanswered")
+    waited = scraped(metrics, "groupops_consumer_fallback_waits_total")
+    assert unanswered >= 4, "one exchange per 0.2 s interval, none answered"
+    assert 1 <= waited < unanswered, "the waits are the unanswered exchanges not followed by a write"
+    assert scraped(metrics, "groupops_consumer_lease_writes_total") == writes + 1, "the take, then the writes"
+    assert scraped(metrics, "groupops_consumer_heartbeats_total", answer="granted") == 0
+
+    refused_metrics = ConsumerMetrics()
+    with heartbeat_port(HeartbeatStatus.REFUSED) as address:
+        run_keeper(address, renew_deadline_s=2.0, seconds=1.0, metrics=refused_metrics)
+    assert scraped(refused_metrics, "groupops_consumer_heartbeats_total", answer="refused") >= 3
+    assert scraped(refused_metrics, "groupops_consumer_fallback_waits_total") == 0, "a refusal never waits"
