@@ -143,11 +143,13 @@ def test_namespaced_scope_acts_only_in_the_watched_namespaces(chart: Chart) -> N
     assert granted(docs, "team-a") == OPERATOR_IN_A_WATCHED_NAMESPACE
     assert granted(docs, "team-b") == OPERATOR_IN_A_WATCHED_NAMESPACE
     assert granted(docs, "team-c") == {}
-    # the release namespace: the election Lease only (create, and get/update by name)
+    # the release namespace: the election Lease only (create, and get/list/watch/update by name:
+    # a standby watches it with fieldSelector metadata.name)
     assert granted(docs, NAMESPACE) == {("coordination.k8s.io", "leases"): frozenset({"create"})}
-    for verb in ("get", "update"):
+    for verb in ("get", "list", "watch", "update"):
         assert may(docs, Access(verb, "coordination.k8s.io", "leases", NAMESPACE, "groupops-operator"))
-    assert not may(docs, Access("update", "coordination.k8s.io", "leases", NAMESPACE, "other"))
+    for verb in ("update", "watch"):
+        assert not may(docs, Access(verb, "coordination.k8s.io", "leases", NAMESPACE, "other"))
     # cluster-wide: only what kopf's observers read
     for group, resource in [("apiextensions.k8s.io", "customresourcedefinitions"), ("", "namespaces")]:
         assert {v for v in VERBS if may(docs, Access(v, group, resource, None))} == {"list", "watch"}

@@ -148,7 +148,7 @@ def test_two_replicas_elect_a_leader_spread_apart_and_keep_one_through_a_drain()
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],
             "resourceNames": ["groupops-operator"],
-            "verbs": ["get", "update"],
+            "verbs": ["get", "list", "watch", "update"],
         }
     ]
 

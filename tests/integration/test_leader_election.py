@@ -1,11 +1,13 @@
 """Leader election on the real API server: one leader at a time; a standby takes over only once
 the leader's Lease went unrenewed for its duration (by the standby's own clock), in a newer term;
-the deposed leader learns it at its next renewal; a leader that steps down is replaced at once."""
+the deposed leader learns it at its next renewal; a leader that steps down is replaced at once; a
+standby watches the Lease and sends no request while the leader renews."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 
 import pytest
 
@@ -95,3 +97,35 @@ def test_a_leader_that_steps_down_is_replaced_at_once(client: KubeClient, namesp
         assert standby.term == leader.term + 1
     finally:
         campaign.end()
+
+
+def test_a_standby_sends_nothing_but_its_watch_while_the_leader_renews_and_still_takes_over(
+    client: KubeClient, namespace: str, kube_config: str
+) -> None:
+    standby_client = KubeClient.from_environment(kubeconfig=kube_config)
+    requests: Counter[tuple[str, str]] = Counter()
+    standby_client.count_requests(lambda verb, kind: requests.update([(verb, kind)]))
+    leader, standby = elector(client, namespace, "leader"), elector(standby_client, namespace, "standby")
+    assert leader.acquire(threading.Event())
+    leader.start_renewing(lambda _: None)
+    campaign = Campaign(standby)
+    try:
+        wait_for("the standby's watch", lambda: requests[("watch", "Lease")] >= 1, 10, interval=0.05)
+        time.sleep(LEASE_S)  # its first GET, then the watch takes over
+        before = requests.copy()
+        time.sleep(4 * LEASE_S)  # 32 renewals of the leader
+        sent = requests - before
+        assert campaign.won_at is None
+        assert sum(n for (verb, _), n in sent.items() if verb != "watch") == 0, sent
+
+        leader.halt()
+        halted_at = time.monotonic()
+        wait_for("the standby to lead", lambda: campaign.won_at is not None, 10 * LEASE_S, interval=0.05)
+        assert campaign.won_at is not None
+        waited = campaign.won_at - halted_at
+        assert waited >= LEASE_S - RETRY_S, f"took over after {waited:.2f} s, before the Lease ran out"
+        assert standby.term == leader.term + 1
+    finally:
+        campaign.end()
+        leader.halt()
+        standby_client.close()

@@ -7,6 +7,12 @@ it runs kopf, the others wait. The rules are client-go's leader election (docs/d
 - A candidate takes the Lease when nobody holds it, or when it has seen the Lease unchanged (same
   resourceVersion) for `lease_seconds` by its *own* monotonic clock: no wall clocks are compared,
   so skew between nodes does not matter, only how fast their clocks run.
+- A standby *watches* the Lease (fieldSelector metadata.name; design §8.1) and notes when each
+  version reached it; it reads the Lease (a GET) only once the version it saw last is
+  `lease_seconds` old, or nobody holds it: while the leader renews, a standby costs the API
+  server no request but its watch. When its watch is not synced, or a GET shows a version the
+  watch has not (a stalled watch), it polls every `retry_seconds` as before, until the watch
+  shows something new again.
 - Every take and every renewal is a compare-and-swap on the resourceVersion it read, so two
   candidates never both win; a take from another holder increments `leaseTransitions`, which
   is the leader's *term*: strictly increasing across leaders, recorded with every plan it
@@ -31,6 +37,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from groupops.controller.cache import WatchCache
 from groupops.controller.settings import ElectionSettings
 from groupops.kubeapi import AlreadyExists, Conflict, KubeClient, KubeError, NotFound
 
@@ -75,6 +82,11 @@ class LeaderElector:
         self._lease: dict[str, Any] | None = None
         """The Lease as last written by this elector: renewals compare-and-swap on it."""
         self._holder_seen: str | None = None
+        self._watched: tuple[str, str] | None = None
+        """(resourceVersion, holder) of the Lease as the standby's watch last showed it."""
+        self._watch_behind = True
+        """The last GET showed a version the watch had not shown (or nothing was watched yet)."""
+        self._watch_news = threading.Event()
         self.term = 0
         self.leader_address: str | None = None
         """Where the current leader answers heartbeats, as its Lease last said."""
@@ -94,6 +106,22 @@ class LeaderElector:
 
     def acquire(self, stop: threading.Event) -> bool:
         """Block until this replica leads (True) or `stop` is set (False)."""
+        settings = self._settings
+        watch = WatchCache(
+            self._client,
+            _API,
+            "Lease",
+            namespaces=(settings.namespace,),
+            field_selector=f"metadata.name={settings.name}",
+        )
+        watch.add_listener(self._heard)
+        watch.start()
+        try:
+            return self._campaign(stop, watch)
+        finally:
+            watch.stop(join=0.0)
+
+    def _campaign(self, stop: threading.Event, watch: WatchCache) -> bool:
         attempt = 0
         announced = False
         while not stop.is_set():
@@ -113,8 +141,48 @@ class LeaderElector:
                     announced = True
             except KubeError as e:
                 log.warning("leader election attempt %d failed: %s", attempt, e)
-            stop.wait(self._settings.retry_seconds)
+            self._wait_to_look(stop, watch)
         return False
+
+    def _heard(self, event_type: str, lease: dict[str, Any]) -> None:
+        """The watch's event (its own thread): a new version is seen from this moment."""
+        if event_type == "DELETED":
+            watched = ("", "")
+            self.leader_address = None
+        else:
+            holder = str((lease.get("spec") or {}).get("holderIdentity") or "")
+            watched = (str(lease["metadata"].get("resourceVersion")), holder)
+            annotations = (lease.get("metadata") or {}).get("annotations") or {}
+            self.leader_address = annotations.get(HEARTBEAT_ADDRESS_ANNOTATION) if holder else None
+        with self._lock:
+            self._watched = watched
+            self._watch_behind = False
+            if watched[0] and (self._seen is None or self._seen[0] != watched[0]):
+                self._seen = (watched[0], time.monotonic())
+        self._watch_news.set()
+
+    def _look_in(self, watch: WatchCache, polled_at: float) -> float:
+        """Seconds until the next GET is worth sending (<= 0: now)."""
+        now = time.monotonic()
+        with self._lock:
+            watched, seen, behind = self._watched, self._seen, self._watch_behind
+        if not watch.synced() or behind or watched is None:
+            return polled_at + self._settings.retry_seconds - now
+        version, holder = watched
+        if not version or not holder or seen is None or seen[0] != version:
+            return 0.0  # deleted, stepped down, or a version not timed yet
+        return seen[1] + self._settings.lease_seconds - now
+
+    def _wait_to_look(self, stop: threading.Event, watch: WatchCache) -> None:
+        polled_at = time.monotonic()
+        while not stop.is_set():
+            wait = self._look_in(watch, polled_at)
+            if wait <= 0:
+                return
+            # woken by every event of the watch (a step-down is news), and at least every
+            # retry period to notice a watch that fell out of sync
+            self._watch_news.wait(min(wait, self._settings.retry_seconds))
+            self._watch_news.clear()
 
     def start_renewing(self, on_lost: Callable[[str], None]) -> None:
         """Renew in a daemon thread; call `on_lost(reason)` once when leadership ends."""
@@ -180,12 +248,15 @@ class LeaderElector:
         annotations = (lease.get("metadata") or {}).get("annotations") or {}
         self.leader_address = annotations.get(HEARTBEAT_ADDRESS_ANNOTATION) if holder else None
         version = str(lease["metadata"]["resourceVersion"])
-        if holder and holder != self.identity:
+        with self._lock:
+            self._watch_behind = self._watched is None or self._watched[0] != version
             if self._seen is None or self._seen[0] != version:
                 self._seen = (version, sent)
-                return False
-            if sent - self._seen[1] < settings.lease_seconds:
-                return False
+                fresh = True
+            else:
+                fresh = sent - self._seen[1] < settings.lease_seconds
+        if holder and holder != self.identity and fresh:
+            return False
         transitions = int(spec.get("leaseTransitions") or 0)
         term = transitions if holder == self.identity else transitions + 1
         new_spec = {
@@ -201,7 +272,9 @@ class LeaderElector:
         try:
             taken = self._client.replace({**lease, "metadata": metadata, "spec": new_spec})
         except (Conflict, NotFound):
-            self._seen = None
+            with self._lock:
+                self._seen = None
+                self._watch_behind = True  # look again with a GET at the next retry
             return False
         self._won(term=term, sent=sent, lease=taken)
         return True
