@@ -118,6 +118,9 @@ class Deps:
     leadership: Leadership | None = None
     """The election this operator won; None when it runs without one (one operator by
     construction). Every plan write checks it and records its term."""
+    leading_since: float | None = None
+    """The monotonic moment this process began to lead (None: unknown; tools and unit tests take
+    a policy's first run instead)."""
     heartbeats: HeartbeatGuard | None = None
     """Consumer heartbeats this operator answers (docs/design.md §7.5); None: Leases only."""
     kafka_readers: KafkaClusterReaders | None = None

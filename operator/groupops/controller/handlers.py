@@ -55,12 +55,10 @@ from groupops.controller.reconcile import (
     finish_settled_check,
     reconcile,
 )
+from groupops.controller.sightings import hear_heartbeat_leases
 from groupops.controller.sweep import SettledSweep
 from groupops.controller.wakeup import expiry_due, next_wake
 from groupops.kubeapi import KubeError
-from groupops.model import MemberId
-from groupops.planner.handoff import LeaseClock
-from groupops.planner.plan_format import HEARTBEAT_LIVENESS, LEASE_LIVENESS_ANNOTATION
 
 __all__ = ["OWNED_KINDS", "build_registry", "delete_owned"]
 
@@ -92,27 +90,21 @@ def _plain(value: Any) -> Any:
 def _new_memory(deps: Deps, namespace: str, name: str) -> PolicyMemory:
     """A policy's memory. It starts from this process's sightings of its Leases (a standby that
     just took over judges expiry from what it watched while standing by), counts every Lease in
-    heartbeat mode as heard now (heartbeats the previous leader granted were answered before this
-    process led: docs/design.md §7.5), and from now on receives the heartbeats this process
-    grants."""
+    heartbeat mode as heard when this process began to lead (heartbeats the previous leader
+    granted were answered before that: docs/design.md §7.5, rule 2), and from now on receives the
+    heartbeats this process grants. So a loop that kopf starts late in a big fleet's start still
+    judges a replica that died with the old leader one Lease duration after the takeover."""
     memory = PolicyMemory()
     if deps.sightings is not None:
         deps.sightings.seed(memory.clock, namespace, name)
     if deps.heartbeats is not None:
-        _hear_heartbeat_leases(memory.clock, deps, namespace, name)
+        leases = deps.reader.list(
+            "coordination.k8s.io/v1", "Lease", namespace, label_selector=f"{LABEL_POLICY}={name}"
+        )
+        leading_since = deps.leading_since if deps.leading_since is not None else time.monotonic()
+        hear_heartbeat_leases(memory.clock, leases, at=leading_since)
         deps.heartbeats.attach(namespace, name, memory.clock)
     return memory
-
-
-def _hear_heartbeat_leases(clock: LeaseClock, deps: Deps, namespace: str, policy: str) -> None:
-    now = time.monotonic()
-    for lease in deps.reader.list(
-        "coordination.k8s.io/v1", "Lease", namespace, label_selector=f"{LABEL_POLICY}={policy}"
-    ):
-        meta = lease.get("metadata") or {}
-        annotations = meta.get("annotations") or {}
-        if annotations.get(LEASE_LIVENESS_ANNOTATION) == HEARTBEAT_LIVENESS:
-            clock.hear(MemberId(str(meta.get("name"))), now)
 
 
 def delete_owned(deps: Deps, namespace: str, policy: str) -> int:

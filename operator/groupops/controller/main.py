@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -95,6 +96,7 @@ def run_operator(settings: Settings, *, verbose: bool = False) -> None:
         elector.start_renewing(_exit_on_lost_leadership)
     else:
         metrics.leader.set(1)  # the only operator runs the reconciles (the no-leader alert's view)
+    leading_since = time.monotonic()
     clusters.start_reporting()  # the fleet's status, written by the leader only
     # Lag reads mostly wait on a source; more of them in flight make bigger ListOffsets rounds (§8.4).
     lag_pool = ThreadPoolExecutor(max_workers=4 * settings.reconcile.workers, thread_name_prefix="lag")
@@ -109,6 +111,7 @@ def run_operator(settings: Settings, *, verbose: bool = False) -> None:
         sightings=sightings,
         lag_pool=lag_pool,
         leadership=elector,
+        leading_since=leading_since,
         heartbeats=None if heartbeats is None else heartbeats[0],
         kafka_readers=kafka_readers,
         claims=claims,

@@ -10,20 +10,25 @@ one second.
 
 Sound for the same reason as `LeaseClock`: the observation is made on this process's monotonic
 clock after the version was written, whether or not the process led at the time.
+
+A Lease in heartbeat mode says nothing by its versions (its replica heartbeats to the leader
+instead of writing it): `hear_heartbeat_leases` counts it as heard when this process began to
+lead, the latest moment a grant of the previous leader can date from (design §7.5, rule 2).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from groupops.controller.names import LABEL_POLICY
 from groupops.model import MemberId
 from groupops.planner.handoff import LeaseClock
+from groupops.planner.plan_format import HEARTBEAT_LIVENESS, LEASE_LIVENESS_ANNOTATION
 
-__all__ = ["LeaseSightings"]
+__all__ = ["LeaseSightings", "hear_heartbeat_leases"]
 
 _Key = tuple[str, str, str]
 """(namespace, policy, Lease name)."""
@@ -72,3 +77,19 @@ class LeaseSightings:
                 clock.observe(identity, version, first_seen, lifetime=lifetime)
                 given += 1
         return given
+
+
+def hear_heartbeat_leases(clock: LeaseClock, leases: Iterable[Mapping[str, Any]], *, at: float) -> int:
+    """Count every Lease in heartbeat mode among `leases` as heard at `at`, the monotonic moment
+    this process began to lead; returns how many. Every grant the previous leader gave ends within
+    a Lease duration of that moment (it granted only while it still led, which ended before this
+    process took over), so a replica this process has not heard since is judged expired one
+    duration after the takeover, however late its policy's loop starts; the grants this process
+    gave are heard on the clock when it is attached to the heartbeat book."""
+    heard = 0
+    for lease in leases:
+        meta = lease.get("metadata") or {}
+        if (meta.get("annotations") or {}).get(LEASE_LIVENESS_ANNOTATION) == HEARTBEAT_LIVENESS:
+            clock.hear(MemberId(str(meta.get("name"))), at)
+            heard += 1
+    return heard

@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from groupops.controller.names import LABEL_POLICY
-from groupops.controller.sightings import LeaseSightings
+from groupops.controller.sightings import LeaseSightings, hear_heartbeat_leases
 from groupops.model import MemberId
 from groupops.planner.handoff import LeaseClock
+from groupops.planner.plan_format import HEARTBEAT_LIVENESS, LEASE_LIVENESS_ANNOTATION
 
 
 def lease(
@@ -68,3 +69,33 @@ def test_an_unheld_lease_never_expires() -> None:
     clock = LeaseClock()
     sightings.seed(clock, "team-a", "orders")
     assert clock.next_expiry(after=0.0) is None
+
+
+def heartbeat_mode(body: dict[str, Any]) -> dict[str, Any]:
+    body["metadata"]["annotations"] = {LEASE_LIVENESS_ANNOTATION: HEARTBEAT_LIVENESS}
+    return body
+
+
+def test_a_heartbeat_lease_is_heard_at_the_takeover_so_a_loop_started_late_fails_over_at_once() -> None:
+    # A standby saw the Lease written once (the take), long before; then the replica heartbeated
+    # to the old leader, which died. The takeover is at 200; kopf starts this policy's loop at 220.
+    time = Clock()
+    sightings = LeaseSightings(clock=time)
+    sightings.note("ADDED", heartbeat_mode(lease("orders-g-0", "taken")))
+    clock = LeaseClock()
+    sightings.seed(clock, "team-a", "orders")
+    leases = [heartbeat_mode(lease("orders-g-0", "taken")), lease("orders-g-1", "written")]
+    assert hear_heartbeat_leases(clock, leases, at=200.0) == 1
+    silent, writing = MemberId("orders-g-0"), MemberId("orders-g-1")
+    assert clock.expired(silent, 220.0, 4.0), "judged from the takeover, not from the loop's start"
+    assert not clock.expired(silent, 203.9, 4.0), "never before a Lease duration after the takeover"
+    assert clock.next_expiry(after=200.0) == 204.0
+    assert clock.heard_at(writing) is None, "a Lease written by its replica is judged by its versions"
+
+
+def test_hearing_at_the_takeover_never_moves_a_later_heartbeat_back() -> None:
+    clock = LeaseClock()
+    clock.hear(MemberId("orders-g-0"), 230.0)  # a grant of this leader, attached to the clock
+    hear_heartbeat_leases(clock, [heartbeat_mode(lease("orders-g-0", "taken"))], at=200.0)
+    assert clock.heard_at(MemberId("orders-g-0")) == 230.0
+    assert not clock.expired(MemberId("orders-g-0"), 233.0, 4.0)
