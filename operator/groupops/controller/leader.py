@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from groupops.controller.cache import WatchCache
 from groupops.controller.settings import ElectionSettings
@@ -49,6 +49,12 @@ _API = "coordination.k8s.io/v1"
 HEARTBEAT_ADDRESS_ANNOTATION = "groupops.dev/heartbeat-address"
 """On the election Lease: where the leader answers consumer heartbeats, so that a standby can
 send a replica that asked it to the leader (controller/heartbeats.py)."""
+
+
+class _Synced(Protocol):
+    """What the campaign asks of its watch (`WatchCache`)."""
+
+    def synced(self) -> bool: ...
 
 
 class LeadershipLost(Exception):
@@ -121,7 +127,7 @@ class LeaderElector:
         finally:
             watch.stop(join=0.0)
 
-    def _campaign(self, stop: threading.Event, watch: WatchCache) -> bool:
+    def _campaign(self, stop: threading.Event, watch: _Synced) -> bool:
         attempt = 0
         announced = False
         while not stop.is_set():
@@ -161,7 +167,7 @@ class LeaderElector:
                 self._seen = (watched[0], time.monotonic())
         self._watch_news.set()
 
-    def _look_in(self, watch: WatchCache, polled_at: float) -> float:
+    def _look_in(self, watch: _Synced, polled_at: float) -> float:
         """Seconds until the next GET is worth sending (<= 0: now)."""
         now = time.monotonic()
         with self._lock:
@@ -173,7 +179,7 @@ class LeaderElector:
             return 0.0  # deleted, stepped down, or a version not timed yet
         return seen[1] + self._settings.lease_seconds - now
 
-    def _wait_to_look(self, stop: threading.Event, watch: WatchCache) -> None:
+    def _wait_to_look(self, stop: threading.Event, watch: _Synced) -> None:
         polled_at = time.monotonic()
         while not stop.is_set():
             wait = self._look_in(watch, polled_at)
