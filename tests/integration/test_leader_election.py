@@ -53,6 +53,20 @@ class Campaign:
         self._thread.join(timeout=10)
 
 
+def halt_and_see_the_standby_take_over(
+    leader: LeaderElector, standby: LeaderElector, campaign: Campaign
+) -> None:
+    """Stop the leader's renewals (as when its process or node dies): the standby leads, in the
+    next term, and only once the Lease ran out."""
+    leader.halt()
+    halted_at = time.monotonic()
+    wait_for("the standby to lead", lambda: campaign.won_at is not None, 10 * LEASE_S, interval=0.05)
+    assert campaign.won_at is not None
+    waited = campaign.won_at - halted_at
+    assert waited >= LEASE_S - RETRY_S, f"took over after {waited:.2f} s, before the Lease ran out"
+    assert standby.term == leader.term + 1
+
+
 def test_one_leader_then_a_takeover_in_a_newer_term_after_the_lease_runs_out(
     client: KubeClient, namespace: str
 ) -> None:
@@ -66,13 +80,7 @@ def test_one_leader_then_a_takeover_in_a_newer_term_after_the_lease_runs_out(
         assert campaign.won_at is None, "the standby took a Lease that was being renewed"
         assert first.still_leading() and not lost
 
-        first.halt()  # renewals stop, as when the leader's process or node dies
-        halted_at = time.monotonic()
-        wait_for("the standby to lead", lambda: campaign.won_at is not None, 10 * LEASE_S, interval=0.05)
-        assert campaign.won_at is not None
-        waited = campaign.won_at - halted_at
-        assert waited >= LEASE_S - RETRY_S, f"took over after {waited:.2f} s, before the Lease ran out"
-        assert second.term == first.term + 1
+        halt_and_see_the_standby_take_over(first, second, campaign)
         assert not first.still_leading(), "a halted leader must stop counting itself leader"
 
         first.start_renewing(lost.append)  # the deposed leader's late renewal
@@ -118,13 +126,7 @@ def test_a_standby_sends_nothing_but_its_watch_while_the_leader_renews_and_still
         assert campaign.won_at is None
         assert sum(n for (verb, _), n in sent.items() if verb != "watch") == 0, sent
 
-        leader.halt()
-        halted_at = time.monotonic()
-        wait_for("the standby to lead", lambda: campaign.won_at is not None, 10 * LEASE_S, interval=0.05)
-        assert campaign.won_at is not None
-        waited = campaign.won_at - halted_at
-        assert waited >= LEASE_S - RETRY_S, f"took over after {waited:.2f} s, before the Lease ran out"
-        assert standby.term == leader.term + 1
+        halt_and_see_the_standby_take_over(leader, standby, campaign)
     finally:
         campaign.end()
         leader.halt()

@@ -62,7 +62,8 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 from wsgiref.simple_server import WSGIServer
 
@@ -114,37 +115,44 @@ class LivenessCounts(Protocol):
     fallback_writes_waited: int
 
 
+@dataclass(slots=True)
+class _NoKeeper:
+    """The counts before the replica has a keeper."""
+
+    renewals: int = 0
+    heartbeats_granted: int = 0
+    heartbeats_refused: int = 0
+    heartbeats_unanswered: int = 0
+    fallback_writes_waited: int = 0
+
+
 class _Liveness(Collector):
-    """The keeper's counters, read at scrape time (the keeper stays free of prometheus-client);
-    zero before the replica has a keeper."""
+    """The keeper's counters, read at scrape time (the keeper stays free of prometheus-client)."""
 
     def __init__(self) -> None:
-        self.source: Callable[[], LivenessCounts | None] = lambda: None
+        self.source: LivenessCounts = _NoKeeper()
 
     def collect(self) -> Iterator[Metric]:
-        counts = self.source()
+        counts = self.source
         writes = CounterMetricFamily(
             "groupops_consumer_lease_writes", "Lease writes the API server accepted (take, renewals, reports)"
         )
-        writes.add_metric([], 0 if counts is None else counts.renewals)
+        writes.add_metric([], counts.renewals)
         yield writes
         beats = CounterMetricFamily(
             "groupops_consumer_heartbeats",
             "Heartbeat exchanges with the operator by answer: granted, refused, unanswered.",
             labels=("answer",),
         )
-        for answer, count in (
-            ("granted", 0 if counts is None else counts.heartbeats_granted),
-            ("refused", 0 if counts is None else counts.heartbeats_refused),
-            ("unanswered", 0 if counts is None else counts.heartbeats_unanswered),
-        ):
-            beats.add_metric([answer], count)
+        beats.add_metric(["granted"], counts.heartbeats_granted)
+        beats.add_metric(["refused"], counts.heartbeats_refused)
+        beats.add_metric(["unanswered"], counts.heartbeats_unanswered)
         yield beats
         waited = CounterMetricFamily(
             "groupops_consumer_fallback_waits",
             "Unanswered heartbeats whose fallback Lease write waited while the validity covered a later one.",
         )
-        waited.add_metric([], 0 if counts is None else counts.fallback_writes_waited)
+        waited.add_metric([], counts.fallback_writes_waited)
         yield waited
 
 
@@ -244,7 +252,7 @@ class ConsumerMetrics:
 
     def follow_liveness(self, keeper: LivenessCounts) -> None:
         """Serve `keeper`'s heartbeat and Lease write counts from now on."""
-        self._liveness.source = lambda: keeper
+        self._liveness.source = keeper
 
     def plan_applied(self, epoch: int, *, owned: int) -> None:
         self.epoch_applied.set(epoch)

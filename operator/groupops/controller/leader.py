@@ -156,10 +156,7 @@ class LeaderElector:
             watched = ("", "")
             self.leader_address = None
         else:
-            holder = str((lease.get("spec") or {}).get("holderIdentity") or "")
-            watched = (str(lease["metadata"].get("resourceVersion")), holder)
-            annotations = (lease.get("metadata") or {}).get("annotations") or {}
-            self.leader_address = annotations.get(HEARTBEAT_ADDRESS_ANNOTATION) if holder else None
+            watched = (str(lease["metadata"].get("resourceVersion")), self._note_holder(lease))
         with self._lock:
             self._watched = watched
             self._watch_behind = False
@@ -249,10 +246,9 @@ class LeaderElector:
             self._won(term=0, sent=sent, lease=created)
             return True
         spec = lease.get("spec") or {}
-        holder = str(spec.get("holderIdentity") or "")
+        holder = self._note_holder(lease)
         self._holder_seen = holder or None
         annotations = (lease.get("metadata") or {}).get("annotations") or {}
-        self.leader_address = annotations.get(HEARTBEAT_ADDRESS_ANNOTATION) if holder else None
         version = str(lease["metadata"]["resourceVersion"])
         with self._lock:
             self._watch_behind = self._watched is None or self._watched[0] != version
@@ -284,6 +280,13 @@ class LeaderElector:
             return False
         self._won(term=term, sent=sent, lease=taken)
         return True
+
+    def _note_holder(self, lease: dict[str, Any]) -> str:
+        """The Lease's holder ("" when unheld); `leader_address` becomes where it answers."""
+        holder = str((lease.get("spec") or {}).get("holderIdentity") or "")
+        annotations = (lease.get("metadata") or {}).get("annotations") or {}
+        self.leader_address = annotations.get(HEARTBEAT_ADDRESS_ANNOTATION) if holder else None
+        return holder
 
     def _annotations(self, current: dict[str, str] | None) -> dict[str, str]:
         annotations = dict(current or {})
