@@ -237,8 +237,14 @@ def parse_addresses(text: str) -> tuple[str, ...]:
     return addresses
 
 
+# Built once: `json.dumps` with separators builds an encoder per call, and `json.loads` of bytes
+# sniffs their encoding per call; the answering process does both for every heartbeat.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True)
+_DECODER = json.JSONDecoder()
+
+
 def _fit(body: Mapping[str, Any]) -> bytes:
-    data = json.dumps(body, separators=(",", ":"), ensure_ascii=True).encode()
+    data = _ENCODER.encode(body).encode()
     if len(data) > MAX_DATAGRAM:
         raise HeartbeatFormatError(f"{len(data)} bytes, more than {MAX_DATAGRAM}")
     return data
@@ -248,7 +254,7 @@ def _object(data: bytes) -> dict[str, Any]:
     if len(data) > MAX_DATAGRAM:
         raise HeartbeatFormatError(f"{len(data)} bytes, more than {MAX_DATAGRAM}")
     try:
-        body = json.loads(data)
+        body = _DECODER.decode(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise HeartbeatFormatError(f"not JSON: {e}") from None
     if not isinstance(body, dict):

@@ -3,14 +3,24 @@ that makes "judged silent" and "granted" exclusive."""
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
-from groupops.controller.heartbeats import GRANT_FRACTION, HeartbeatBook
+import pytest
+
+from groupops.controller import heartbeats
+from groupops.controller.heartbeats import GRANT_FRACTION, HeartbeatBook, HeartbeatServer
 from groupops.controller.metrics import Metrics
 from groupops.controller.names import LABEL_POLICY
 from groupops.model import MemberId
 from groupops.planner.handoff import LeaseClock
-from groupops.planner.liveness import STUCK_GRACE_S, Heartbeat, HeartbeatStatus
+from groupops.planner.liveness import (
+    STUCK_GRACE_S,
+    Heartbeat,
+    HeartbeatStatus,
+    decode_answer,
+    encode_heartbeat,
+)
 from groupops.planner.plan_format import LeaseRecord, fence_annotations, lease_record_annotations
 
 NS, POLICY, LEASE = "team", "orders", "orders-worker-0"
@@ -218,3 +228,49 @@ def test_progress_is_forgotten_with_the_policy() -> None:
     assert world.book.progress_of(NS, LEASE) is not None
     world.book.detach(NS, POLICY, world.clock)
     assert world.book.progress_of(NS, LEASE) is None
+
+
+def test_each_version_of_the_lease_is_read_for_what_it_says_not_for_what_an_older_one_said() -> None:
+    world = World()
+    assert world.beat() is HeartbeatStatus.GRANTED
+    fenced = World.lease_object("rv2", LeaseRecord(incarnation="p1", heartbeats=True))
+    fenced["metadata"]["annotations"].update(fence_annotations(3, "p1"))
+    world.lease = fenced
+    assert world.beat() is HeartbeatStatus.REFUSED, "a new version is read again"
+    world.lease = World.lease_object("rv3", LeaseRecord(incarnation="p2", heartbeats=True))
+    assert world.beat("p2") is HeartbeatStatus.GRANTED
+    assert world.beat("p1") is HeartbeatStatus.REFUSED
+    world.lease = None
+    assert world.beat("p2") is HeartbeatStatus.REFUSED
+    world.lease = World.lease_object("rv3", LeaseRecord(incarnation="p3", heartbeats=True))
+    assert world.beat("p3") is HeartbeatStatus.GRANTED, "a Lease that was gone is read afresh"
+
+
+def test_a_lease_without_a_resource_version_is_read_at_every_heartbeat() -> None:
+    world = World()
+    del world.lease["metadata"]["resourceVersion"]
+    assert world.beat() is HeartbeatStatus.GRANTED
+    world.lease["metadata"]["annotations"].update(fence_annotations(3, "p1"))
+    assert world.beat() is HeartbeatStatus.REFUSED
+
+
+def test_the_server_answers_every_heartbeat_of_a_burst_and_stops(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(heartbeats, "_BURST", 4)  # one wake-up cannot drain the burst
+    world = World()
+    server = HeartbeatServer(world.book, "127.0.0.1", 0)
+    server.start()
+    replica = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    replica.settimeout(5)
+    try:
+        burst = 50
+        for seq in range(burst):
+            heartbeat = Heartbeat(namespace=NS, lease=LEASE, incarnation="p1", seq=seq)
+            replica.sendto(encode_heartbeat(heartbeat), ("127.0.0.1", server.port))
+        replica.sendto(b"not json", ("127.0.0.1", server.port))
+        answers = [decode_answer(replica.recv(2048)) for _ in range(burst)]
+        assert sorted(a.seq for a in answers) == list(range(burst))
+        assert {a.status for a in answers} == {HeartbeatStatus.GRANTED}
+    finally:
+        server.stop()
+        replica.close()
+    assert not server._thread.is_alive()
