@@ -142,8 +142,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         answerer.note_max_poll_interval(NAMESPACE, policy, 300.0)
     answerer.start_leadership(lambda: time.monotonic() + 10.0, lambda: None)
     time.sleep(1.0)  # the mirror and the leadership reach the answerer
-    child = answerer._process.pid
-    assert child is not None
+    (child,) = [process.pid for process in multiprocessing.active_children()]  # the answerer
     results: multiprocessing.Queue[dict[str, Any]] = multiprocessing.Queue()
     sender = multiprocessing.Process(
         target=send, args=(answerer.port, args.policies, args.interval, args.warmup + args.window, results)

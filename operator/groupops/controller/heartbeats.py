@@ -336,14 +336,13 @@ class HeartbeatBook:
             self._records.pop(key, None)
             return None
         meta = lease.get("metadata") or {}
-        version = meta.get("resourceVersion")
-        if version is None:
-            return lease_record(meta.get("annotations"))
+        version = None if meta.get("resourceVersion") is None else str(meta["resourceVersion"])
         known = self._records.get(key)
-        if known is not None and known[0] == str(version):
+        if version is not None and known is not None and known[0] == version:
             return known[1]
         record = lease_record(meta.get("annotations"))
-        self._records[key] = (str(version), record)
+        if version is not None:
+            self._records[key] = (version, record)
         return record
 
     def _note_progress(self, heartbeat: Heartbeat, policy: str, identity: str) -> None:
