@@ -32,7 +32,7 @@ lint: $(INSTALLED)
 	$(VENV)/bin/lint-imports
 
 test: lint $(TEST_DEPS)
-	$(PY) -m pytest
+	$(PY) -m tests.lanes
 
 unit: $(INSTALLED)
 	$(PY) -m pytest tests/unit

@@ -18,7 +18,7 @@ import pytest
 from tests.e2e.operator_support import Kubectl, OperatorProcess, cgp, condition, plan_of, settled
 from tests.e2e.waiting import wait_for
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.no_time_bound]
 
 WOKEN_WITHIN_S = 20.0
 """How long the later policy may take to run after the first is deleted: well under the tick."""

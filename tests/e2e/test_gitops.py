@@ -28,7 +28,7 @@ from tests.e2e.operator_support import (
 from tests.e2e.waiting import wait_for
 from tests.fixtures.gitops import argocd_health, kstatus, require_gitopscheck
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.no_time_bound]
 
 GIT = "argocd-controller"
 """The field manager of the GitOps tool (Argo CD's is `argocd-controller`)."""

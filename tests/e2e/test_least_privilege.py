@@ -29,7 +29,7 @@ from tests.e2e.operator_support import (
 from tests.e2e.waiting import wait_for
 from tests.fixtures.stack import make_unique_name
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.no_time_bound]
 
 AUTH_SECRET = "kafka-auth"
 OTHER_SECRET = "payroll"

@@ -26,7 +26,7 @@ from tests.e2e.waiting import wait_for
 from tests.monitoring.dashboard import PANELS_WITH_DATA, panel_queries
 from tests.monitoring.rules import RULES_FILE, alert_rules
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.no_time_bound]
 
 PARTITIONS = 6
 REPLICAS = 3

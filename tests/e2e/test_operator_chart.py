@@ -12,7 +12,7 @@ import yaml
 
 from tests.e2e.operator_support import CHART, Kubectl, create_namespace, kubetool
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.no_time_bound]
 
 
 def render(namespace: str, *values: str) -> str:

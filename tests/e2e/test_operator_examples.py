@@ -23,7 +23,7 @@ from tests.e2e.operator_support import (
 )
 from tests.e2e.waiting import wait_for
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.no_time_bound]
 
 NAMES = sorted(path.stem for path in EXAMPLES.glob("*.yaml"))
 

@@ -20,7 +20,7 @@ from tests.e2e.operator_support import (
 )
 from tests.e2e.waiting import wait_for
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.no_time_bound]
 
 GOOD: dict[str, Any] = {
     "apiVersion": "groupops.dev/v1alpha1",

@@ -22,7 +22,7 @@ from tests.e2e.operator_support import (
 )
 from tests.e2e.waiting import wait_for
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.no_time_bound]
 
 
 def policy(name: str, replicas: int, **spec: Any) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from tests.integration.test_consumer_offsets import produce
 from tests.integration.test_consumer_poison import FAIL_WHERE
 from tests.integration.test_consumer_stuck import REPO_ROOT, produce_poison
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.no_time_bound]
 
 PARTITIONS = 3
 REPLICAS = 2

@@ -19,7 +19,7 @@ from tests.e2e.runtime_support import SteadyProducer
 from tests.e2e.waiting import wait_for
 from tests.monitoring.exporters import ExporterServer
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.no_time_bound]
 
 PARTITIONS = 4
 REPLICAS = 2

@@ -19,7 +19,7 @@ from tests.e2e.consumer_e2e import PolicyStack, StackFactory
 from tests.e2e.runtime_support import SteadyProducer
 from tests.e2e.waiting import wait_for
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.no_time_bound]
 
 PARTITIONS = 4
 REPLICAS = 2

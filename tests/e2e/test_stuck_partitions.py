@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.e2e.operator_support import Kubectl, OperatorProcess, cgp, create_namespace
 from tests.e2e.waiting import wait_for
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.no_time_bound]
 
 PRODUCED = [20, 20, 20]
 COMMITTED = [5, 20, 12]

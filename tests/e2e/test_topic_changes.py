@@ -18,7 +18,7 @@ from tests.e2e.runtime_support import ProducedLog, create_topic
 from tests.e2e.waiting import wait_for
 from tests.integration.test_consumer_offsets import produce
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.no_time_bound]
 
 PARTITIONS = 3
 REPLICAS = 2

@@ -19,7 +19,7 @@ from kubernetes import client, config, watch
 from groupops.devstack.paths import K8S_VERSION
 from tests.e2e.waiting import wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.no_time_bound]
 
 Event = tuple[str, dict[str, Any]]
 VERSION = "v1alpha1"

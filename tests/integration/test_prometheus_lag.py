@@ -29,7 +29,7 @@ from tests.fixtures.stack import make_unique_name
 from tests.integration.test_kafka_lag import consume_and_commit, create_topic, produce, source
 from tests.monitoring.exporters import ExporterServer
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.no_time_bound]
 
 COUNTS = [9_000, 3_000, 6_000, 4_000, 2_000]
 COMMITTED = {0: 1_000, 1: 1_000, 2: 500, 3: 4_000}

@@ -22,7 +22,7 @@ from groupops.controller.names import LABEL_MANAGED_BY, LABEL_POLICY, MANAGED_BY
 from groupops.kubeapi import Expired, KubeClient, WatchStream
 from tests.e2e.waiting import wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.no_time_bound]
 
 MANAGED = {LABEL_MANAGED_BY: MANAGED_BY}
 SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"

@@ -1,0 +1,138 @@
+"""`make test`: every test, in three lanes, so that the suite's idle waits overlap without a timed
+test ever sharing the machine with Spark (docs/design.md §11, "make test runs in three lanes").
+
+    timed    e2e and integration tests: they time real processes (failover bounds, Lease expiry,
+             heartbeats, a lag source's deadline). Normal priority.
+    shared   unit, chart, differential and image tests, and the e2e and integration modules marked
+             `no_time_bound` (they wait for an outcome with a generous timeout and time nothing).
+             Niced (10) and run beside the timed lane, so the timed lane's processes come first.
+    spark    the pipeline tests (a local session, a standalone cluster, a Connect server): they use
+             both cores, so they run alone once the other two lanes are done.
+
+As a pytest plugin (tests/conftest.py) this module adds `--lane=timed|shared|spark`, which keeps
+only that lane's tests; without it pytest runs every test in one process, as before. Run as
+`python -m tests.lanes [pytest arguments]`, it runs the three lanes (the arguments go to each),
+prints the timed and spark lanes as they go and the shared lane when the timed lane is done, keeps
+each lane's output in test-output/lanes/<lane>.log, and exits with the first failing lane's status.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import pytest
+
+Lane = Literal["timed", "shared", "spark"]
+LANES: tuple[Lane, ...] = ("timed", "shared", "spark")
+SHARED_NICENESS = 10
+_TIMED_DIRECTORIES = frozenset({"e2e", "integration"})
+
+
+def lane_of(item: pytest.Item) -> Lane:
+    """The lane a test belongs to, from its directory under tests/ and its `no_time_bound` mark."""
+    directory = item.path.relative_to(item.config.rootpath / "tests").parts[0]
+    if directory == "pipeline":
+        return "spark"
+    if directory in _TIMED_DIRECTORIES and item.get_closest_marker("no_time_bound") is None:
+        return "timed"
+    return "shared"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--lane",
+        choices=LANES,
+        default=None,
+        help="run only this lane's tests (tests/lanes.py); default: every test",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "no_time_bound: an e2e or integration module that times nothing and waits generously, "
+        "so `make test` runs it niced beside the timed lane (tests/lanes.py)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    lane = config.getoption("--lane")
+    if lane is None:
+        return
+    kept = [item for item in items if lane_of(item) == lane]
+    dropped = [item for item in items if lane_of(item) != lane]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    items[:] = kept
+
+
+@dataclass
+class LaneRun:
+    lane: Lane
+    process: subprocess.Popen[bytes]
+    log: Path
+    live: bool
+    started: float
+    seconds: float = 0.0
+
+    def finish(self) -> int:
+        """Wait for the lane; a live lane's output is copied to our stdout and its log meanwhile."""
+        if self.live:
+            _relay(self.process, self.log)
+        code = self.process.wait()
+        self.seconds = time.monotonic() - self.started
+        return code
+
+
+def start_lane(lane: Lane, pytest_args: list[str], log: Path, *, live: bool) -> LaneRun:
+    """One pytest process for `lane`, its output in `log` (a live lane's through `finish`)."""
+    command = [sys.executable, "-m", "pytest", f"--lane={lane}", *pytest_args]
+    if lane == "shared":
+        command = ["nice", "-n", str(SHARED_NICENESS), *command]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE if live else sink, stderr=subprocess.STDOUT
+        )
+    return LaneRun(lane=lane, process=process, log=log, live=live, started=time.monotonic())
+
+
+def _relay(process: subprocess.Popen[bytes], log: Path) -> None:
+    """pytest writes its progress dots without newlines, so this copies whatever is there, not
+    lines."""
+    assert process.stdout is not None
+    out = sys.stdout.buffer
+    with log.open("wb") as sink:
+        while chunk := os.read(process.stdout.fileno(), 65536):
+            out.write(chunk)
+            out.flush()
+            sink.write(chunk)
+
+
+def main(argv: list[str]) -> int:
+    logs = Path("test-output") / "lanes"
+    print(f"== the timed lane, with the shared lane niced beside it (logs in {logs}/)", flush=True)
+    shared = start_lane("shared", argv, logs / "shared.log", live=False)
+    timed = start_lane("timed", argv, logs / "timed.log", live=True)
+    codes = {timed.lane: timed.finish()}
+    print(f"\n== the shared lane (ran beside the timed lane, niced {SHARED_NICENESS})", flush=True)
+    codes[shared.lane] = shared.finish()
+    sys.stdout.buffer.write(shared.log.read_bytes())
+    print("\n== the spark lane, alone", flush=True)
+    spark = start_lane("spark", argv, logs / "spark.log", live=True)
+    codes[spark.lane] = spark.finish()
+    print("\n== lanes", flush=True)
+    for run in (timed, shared, spark):
+        outcome = "passed" if codes[run.lane] == 0 else f"FAILED (exit {codes[run.lane]})"
+        print(f"   {run.lane:<7} {outcome:<18} {run.seconds:7.0f} s", flush=True)
+    return next((codes[lane] for lane in LANES if codes[lane] != 0), 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
