@@ -1,9 +1,11 @@
 """Failover by priority on the whole stack (operator + kubelet harness + broker): the live
 replica with the highest priority is active, the others are connected standbys with empty sets.
 
-- A crash (SIGKILL) of the active is detected by Lease expiry (the operator's clock) and the
+- A crash (SIGKILL) of the active is seen in its pod's status (the kubelet reports the container
+  ended, planner/exits.py) or, failing that, by Lease expiry (the operator's clock), and the
   next priority is consuming within the lease duration plus one renewal period (plus a
-  scheduling allowance for a loaded 2-core machine; the benchmark measures it precisely).
+  scheduling allowance for a loaded 2-core machine; the benchmark measures it precisely). With a
+  long Lease, the pod's status alone fails the crash over, long before the Lease could expire.
 - The crashed replica comes back (the harness restarts it, as a kubelet would): with
   `failback: true` the partitions move back to it, with `failback: false` they stay.
 - A graceful stop (pod deleted: SIGTERM) hands over at once: well within a long lease duration.
@@ -70,11 +72,17 @@ def holder_incarnation(stack: PolicyStack, identity: str) -> str | None:
 
 
 @pytest.mark.parametrize(
-    "failback", [pytest.param(True, id="failback"), pytest.param(False, id="no-failback")]
+    ("failback", "node_lost"),
+    [
+        pytest.param(True, False, id="failback-crash-reported"),
+        pytest.param(False, True, id="no-failback-node-lost"),
+    ],
 )
 def test_a_crashed_active_is_replaced_by_the_next_priority_within_the_lease_duration(
-    new_stack: StackFactory, failback: bool
+    new_stack: StackFactory, failback: bool, node_lost: bool
 ) -> None:
+    # node_lost: the process dies with its node and no kubelet reports it (the pod's status stays
+    # Running), so only the Lease's silence fails it over; the node comes back after the takeover.
     # The crashed replica comes back after 2 lease durations (a kubelet's crash-loop back-off
     # starts at 10 s): a process restarted at once takes its Lease as soon as the operator fenced
     # the dead one, and with failback the standby's turn would be too short to observe.
@@ -99,15 +107,20 @@ def test_a_crashed_active_is_replaced_by_the_next_priority_within_the_lease_dura
         old_incarnation = holder_incarnation(s, active)
 
         crashed_at = time.time()
-        s.kubelet.crash(s.pod(0))
+        if node_lost:
+            s.kubelet.lose_node(s.pod(0))
+        else:
+            s.kubelet.crash(s.pod(0))
         wait_for("the next priority owning everything", lambda: s.owner_of_everything() == standby, 120)
         first = wait_for("the standby consuming", lambda: first_processed_by(s, standby, crashed_at), 60)
         takeover = first - crashed_at
         print(
-            f"\ncrash -> standby consuming: {takeover:.2f} s "
+            f"\n{'node lost' if node_lost else 'crash'} -> standby consuming: {takeover:.2f} s "
             f"(lease {LEASE_SECONDS} s, renewal {RENEW_SECONDS} s)"
         )
         assert takeover <= LEASE_SECONDS + RENEW_SECONDS + SCHEDULING_ALLOWANCE_S
+        if node_lost:
+            s.kubelet.restart_now(s.pod(0))
 
         # The harness restarts the crashed replica: a new process takes its Lease once the operator
         # fenced the dead one.
@@ -168,6 +181,37 @@ def test_a_graceful_stop_hands_over_without_waiting_for_the_lease_to_expire(new_
         print(report.summary())
         assert report.overlaps == []
         assert report.unexplained == [], "a graceful stop commits what it processed before releasing"
+
+
+def test_a_crash_the_pod_reports_fails_over_long_before_the_lease_could_expire(
+    new_stack: StackFactory,
+) -> None:
+    long_lease = 30  # a failover faster than a third of this cannot have waited for expiry
+    with new_stack(partitions=PARTITIONS, lease_seconds=long_lease, restart_delay=5.0) as s:
+        active, standby = s.identity(0), s.identity(1)
+        s.apply(**failover_spec(s, failback=False))
+        wait_for(
+            "the active and the standbys acknowledging",
+            lambda: s.owner_of_everything() == active and s.settled([active, standby, s.identity(2)]),
+            STARTUP_S,
+            interval=0.5,
+            explain=s.diagnostics,
+        )
+        producer = SteadyProducer(s.bootstrap, s.topic, PARTITIONS, total=5000, rate=250).start()
+        wait_for("the active consuming", lambda: first_processed_by(s, active, 0.0), 60, interval=0.5)
+        time.sleep(2.0)
+
+        crashed_at = time.time()
+        s.kubelet.crash(s.pod(0))
+        first = wait_for("the standby consuming", lambda: first_processed_by(s, standby, crashed_at), 60)
+        takeover = first - crashed_at
+        print(f"\ncrash -> standby consuming: {takeover:.2f} s (lease duration {long_lease} s)")
+        assert takeover < long_lease / 3
+
+        report = s.wait_processed(producer.wait().acked)
+        print(f"{report.summary()}; duplicates from this crash: {report.duplicates}")
+        assert report.overlaps == []
+        assert report.unexplained == []
 
 
 STUCK_INTERVAL_S = 6

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from typing import Any
 
@@ -27,6 +26,7 @@ from groupops.consumer.processors import Processor
 from groupops.consumer.progress import EXIT_STUCK, ProgressReport, ProgressWatchdog, Rule, Sample, Stuck
 from groupops.consumer.settings import RuntimeSettings
 from groupops.model import TopicPartition
+from groupops.planner.exits import incarnation_for
 from groupops.planner.plan_format import LeaseState
 
 __all__ = ["Replica", "kafka_config", "surrender_when_stuck"]
@@ -93,7 +93,7 @@ class Replica:
         self.settings = settings
         self.metrics = metrics or ConsumerMetrics()
         self._processor = processor
-        self.incarnation = uuid.uuid4().hex
+        self.incarnation = incarnation_for(settings.pod_uid)
         self._journal = journal or open_journal(settings.record_dir, settings.identity, self.incarnation)
         self._stop = threading.Event()
         self._consumer: Any = None

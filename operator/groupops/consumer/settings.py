@@ -4,6 +4,9 @@ operator gives every consumer pod (controller/render_pods.py documents it), pass
 Environment (flags of `groupops consume` override the same names):
     GROUPOPS_POLICY, GROUPOPS_IDENTITY, GROUPOPS_GROUP_ID       required
     GROUPOPS_NAMESPACE          default: the pod's ServiceAccount namespace, else "default"
+    GROUPOPS_POD_UID            the pod's UID (downward API): part of the incarnation, so the
+                                operator can tell from the pod's status that this process is gone
+                                (planner/exits.py)
     GROUPOPS_KAFKA_BOOTSTRAP_SERVERS                            required
     GROUPOPS_KAFKA_PROPERTIES   JSON object of more librdkafka properties
     GROUPOPS_KAFKA_AUTH_DIR     directory with one file per secret property (name = property)
@@ -180,6 +183,7 @@ class RuntimeSettings:
     record_dir: Path | None = None
     kubeconfig: str | None = None
     group_started_ms: int | None = None
+    pod_uid: str = ""
     on_error: ErrorSettings = field(default_factory=ErrorSettings)
     release_commit_budget_s: float | None = None
     """How long a release commit is retried; default 15 s, at most half the max poll interval
@@ -285,6 +289,7 @@ class RuntimeSettings:
             policy=policy,
             identity=identity,
             namespace=source.get("GROUPOPS_NAMESPACE") or _pod_namespace(),
+            pod_uid=source.get("GROUPOPS_POD_UID", "").strip(),
             kafka=kafka,
             lease=lease,
             metrics=MetricsSettings(

@@ -509,6 +509,10 @@ class Caches:
     def leases(self) -> WatchCache:
         return self._kinds["Lease"]
 
+    @property
+    def pods(self) -> WatchCache:
+        return self._kinds["Pod"]
+
     # -- Reader ----------------------------------------------------------------------------------
 
     def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:

@@ -331,7 +331,16 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
             )
         memory.wakeup.note_lease(name, lease)
 
+    def on_pod(event_type: str, body: dict[str, Any]) -> None:
+        """A Pod event of the cache, run in kopf's loop: a consumer container that started or
+        ended wakes its policy (a holder that exited is void at once, docs/design.md §7.5)."""
+        meta = body.get("metadata", {})
+        entry = loops.get((str(meta.get("namespace")), str(meta.get("labels", {}).get(LABEL_POLICY))))
+        if entry is not None:
+            entry.memory.wakeup.note_pod(str(meta.get("name")), None if event_type == "DELETED" else body)
+
     lease_listeners: list[Listener] = []
+    pod_listeners: list[Listener] = []
     claim_listeners: list[WakeListener] = []
     cluster_listeners: list[WakeListener] = []
 
@@ -380,12 +389,22 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
         deps.caches.leases.add_listener(from_watch_thread)
         lease_listeners.append(from_watch_thread)
 
+        def pod_from_watch_thread(event_type: str, pod: dict[str, Any]) -> None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(on_pod, event_type, pod)
+
+        deps.caches.pods.add_listener(pod_from_watch_thread)
+        pod_listeners.append(pod_from_watch_thread)
+
     @kopf.on.cleanup(registry=registry)
     async def stop_everything(**_: Any) -> None:
         if deps.caches is not None:
             for listener in lease_listeners:
                 deps.caches.leases.remove_listener(listener)
+            for listener in pod_listeners:
+                deps.caches.pods.remove_listener(listener)
         lease_listeners.clear()
+        pod_listeners.clear()
         if deps.claims is not None:
             for claim_listener in claim_listeners:
                 deps.claims.remove_listener(claim_listener)

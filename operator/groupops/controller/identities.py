@@ -8,7 +8,8 @@ Pure (the clock is an argument). The reconcile reads pods and Leases, then asks 
 2. liveness of each identity from its Lease, judged by the operator's own clock since it last saw
    the Lease change (`LeaseClock`, as leader election does: clocks of two machines are never
    compared; a heartbeat it granted counts as a change, docs/design.md §7.5): `live` (held and
-   changed within the lease duration), `expired` (held, silent longer),
+   changed within the lease duration), `expired` (held, silent longer, or `exited`: its pod's
+   status shows the holder's container gone, `planner/exits.py`),
    `absent` (no Lease, or nobody ever took it: the pod has not started its consumer);
 3. draining: identities whose partitions must be handed away before their pod goes: every pod at
    ordinal >= n (scale-down removes the highest ordinals), and during a template change the one
@@ -32,7 +33,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from groupops.controller.names import LABEL_ORDINAL, LABEL_TEMPLATE_HASH, LABEL_ZONE
+from groupops.controller.render_pods import CONSUMER_CONTAINER
 from groupops.model import MemberId, TopicPartition
+from groupops.planner.exits import holder_exited
 from groupops.planner.handoff import LeaseClock
 from groupops.planner.plan_format import LeaseRecord, lease_record
 from groupops.planner.target import Identity, default_priority
@@ -62,6 +65,9 @@ class LeaseState:
     """Partitions its replica stopped on a failing message, with that offset (design §9.2)."""
     errors: tuple[tuple[str, int], ...] = ()
     """Its replica's counts of skipped, dead-lettered messages and uncommitted releases."""
+    exited: bool = False
+    """Held by a process its pod's status shows gone (`planner.exits.holder_exited`): void now,
+    without waiting for silence."""
 
     @property
     def never_taken(self) -> bool:
@@ -108,17 +114,23 @@ def pod_ready(pod: Mapping[str, Any]) -> bool:
     return False
 
 
+def _pods_by_ordinal(pods: Iterable[Mapping[str, Any]]) -> dict[int, Mapping[str, Any]]:
+    by_ordinal: dict[int, Mapping[str, Any]] = {}
+    for pod in pods:
+        raw = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_ORDINAL, "")
+        if str(raw).isdigit():  # else not one of ours (a label was removed by hand): left alone
+            by_ordinal[int(raw)] = pod
+    return by_ordinal
+
+
 def _pod_views(pods: Iterable[Mapping[str, Any]]) -> dict[int, PodView]:
     views: dict[int, PodView] = {}
-    for pod in pods:
+    for ordinal, pod in _pods_by_ordinal(pods).items():
         meta = pod.get("metadata", {})
         labels = meta.get("labels") or {}
-        raw = labels.get(LABEL_ORDINAL, "")
-        if not str(raw).isdigit():
-            continue  # not one of ours (a label was removed by hand): left alone
-        views[int(raw)] = PodView(
+        views[ordinal] = PodView(
             name=str(meta.get("name")),
-            ordinal=int(raw),
+            ordinal=ordinal,
             template_hash=str(labels.get(LABEL_TEMPLATE_HASH, "")),
             ready=pod_ready(pod),
             terminating=meta.get("deletionTimestamp") is not None,
@@ -149,8 +161,15 @@ def observe_lease(
 
 
 def lease_state(
-    identity: str, lease: Mapping[str, Any] | None, *, clock: LeaseClock, now: float, duration: float
+    identity: str,
+    lease: Mapping[str, Any] | None,
+    *,
+    clock: LeaseClock,
+    now: float,
+    duration: float,
+    pod: Mapping[str, Any] | None = None,
 ) -> LeaseState:
+    """`pod`: the identity's pod as last read, whose status may show the holder gone."""
     if lease is None:
         return LeaseState(
             identity=identity, held=False, live=False, note=LeaseNote(epoch=None, partitions=())
@@ -164,10 +183,12 @@ def lease_state(
     notes = _notes(meta.get("annotations"))
     silent_for = clock.unchanged_for(MemberId(str(meta.get("name"))), now)
     silent = now - changed_at if silent_for is None else silent_for
+    exited = held and holder_exited(lease, pod, container=CONSUMER_CONTAINER)
     return LeaseState(
         identity=identity,
         held=held,
-        live=held and silent <= seconds,
+        live=held and silent <= seconds and not exited,
+        exited=exited,
         note=note,
         silent_for=silent,
         stopped=notes.stopped if held else (),
@@ -201,14 +222,23 @@ def identity_view(
 ) -> IdentityView:
     """See the module docstring; `leases` maps identity -> its Lease object (or None);
     `capacity(identity, zone)` is the replica's capacity (`CapacitySpec.of`)."""
+    pods = list(pods)
     views = _pod_views(pods)
+    raw_pods = _pods_by_ordinal(pods)
     slots = tuple(
         (i, identity_name(group_id, i), zones[i % len(zones)] if zones else None) for i in range(replicas)
     )
     ordinals = sorted(set(range(replicas)) | set(views))
     names = {i: identity_name(group_id, i) for i in ordinals}
     states = {
-        names[i]: lease_state(names[i], leases.get(names[i]), clock=clock, now=now, duration=lease_duration)
+        names[i]: lease_state(
+            names[i],
+            leases.get(names[i]),
+            clock=clock,
+            now=now,
+            duration=lease_duration,
+            pod=raw_pods.get(i),
+        )
         for i in ordinals
     }
     draining = {names[i] for i in views if i >= replicas}

@@ -344,7 +344,11 @@ def _reconcile(run: RunContext, pretaken: TakenLag | None) -> ReconcileResult:
     try:
         _apply_account(run, view)
         _apply_leases(run, view, lease_objects, lease_seconds)
-        fence = _Fencer(run, leases_by_identity)
+        fence = _Fencer(
+            run,
+            leases_by_identity,
+            exited=frozenset(identity for identity, state in view.leases.items() if state.exited),
+        )
         result = _handoff(run, spec, decision, previous, view, leases_by_identity, fence)
         if run.deps.heartbeats is not None:
             run.deps.heartbeats.note_max_poll_interval(
@@ -863,12 +867,21 @@ def _handoff(  # noqa: PLR0917
 class _Fencer:
     """fence(identity, epoch): void what the identity's holder owned under plans <= epoch, with
     compare-and-swap on the Lease version it was judged silent on, after the heartbeat guard
-    (`HeartbeatBook.may_fence`) agreed that no heartbeat was granted meanwhile. One per run: an
+    (`HeartbeatBook.may_fence`) agreed that no heartbeat was granted meanwhile. For an `exited`
+    holder (its pod's status shows its container gone, `planner/exits.py`) the guard only
+    records the refusal: a grant given before the exit reaches no process. One per run: an
     identity is fenced at most once per run (a second try would conflict with the first)."""
 
-    def __init__(self, run: RunContext, leases: Mapping[str, Mapping[str, Any] | None]) -> None:
+    def __init__(
+        self,
+        run: RunContext,
+        leases: Mapping[str, Mapping[str, Any] | None],
+        *,
+        exited: frozenset[str] = frozenset(),
+    ) -> None:
         self._run = run
         self._leases = leases
+        self._exited = exited
         self.fenced: set[str] = set()
 
     def __call__(self, identity: str, epoch: int) -> bool:
@@ -886,8 +899,14 @@ class _Fencer:
             run.deps.settings.reconcile.lease_duration_seconds
         )
         ns = run.policy.namespace
+        exited = identity in self._exited
         if book is not None and not book.may_fence(
-            ns, run.policy.name, name, incarnation=incarnation, version=version, duration_s=duration
+            ns,
+            run.policy.name,
+            name,
+            incarnation=incarnation,
+            version=version,
+            duration_s=0.0 if exited else duration,
         ):
             run.log.info("not fencing %s: it sent a heartbeat meanwhile", identity)
             return False
@@ -910,7 +929,8 @@ class _Fencer:
             return False
         self.fenced.add(identity)
         run.deps.metrics.fences.labels(ns, run.policy.name).inc()
-        run.log.info("fenced %s through epoch %d (Lease expired or never taken)", identity, epoch)
+        why = "its container exited" if exited else "Lease expired or never taken"
+        run.log.info("fenced %s through epoch %d (%s)", identity, epoch, why)
         return True
 
     def silent_heartbeat_holders(self, view: IdentityView, previous: PublishedPlan) -> None:

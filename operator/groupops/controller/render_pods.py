@@ -11,6 +11,8 @@ when the brokers run a rack-aware replica selector). Zone names must be the brok
 
 Environment of the consumer container (read by `groupops consume`):
     GROUPOPS_POLICY, GROUPOPS_NAMESPACE, GROUPOPS_POD_NAME   which policy and pod this is
+    GROUPOPS_POD_UID                  the pod's UID, part of the process's incarnation: the pod's
+                                      status then proves the process gone (planner/exits.py)
     GROUPOPS_IDENTITY                 group.instance.id `<groupId>-<ordinal>`
     GROUPOPS_GROUP_ID, GROUPOPS_TOPICS (comma-separated), GROUPOPS_STRATEGY, GROUPOPS_DELIVERY,
     GROUPOPS_AUTO_OFFSET_RESET
@@ -108,6 +110,7 @@ def _shared_env(
         {"name": "GROUPOPS_POLICY", "value": policy.name},
         {"name": "GROUPOPS_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {"name": "GROUPOPS_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "GROUPOPS_POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
         {"name": "GROUPOPS_GROUP_ID", "value": spec.group_id},
         {"name": "GROUPOPS_TOPICS", "value": ",".join(spec.topics)},
         {"name": "GROUPOPS_STRATEGY", "value": spec.strategy.type},

@@ -6,6 +6,8 @@ Each policy has one loop (a kopf daemon in `handlers`) that reconciles every tic
   replica writes on it (acknowledged epoch, partitions owned, release). A handoff step then
   follows an acknowledgement at once instead of at the next tick. Renewals alone do not wake the
   loop: they only move the operator's `LeaseClock`.
+- a consumer container of the policy started or ended (its pod's status): a holder whose container
+  exited is void at once (`planner/exits.py`), so its partitions move without waiting for silence.
 - a held Lease runs out by the operator's clock (`LeaseClock.next_expiry`): the loop sleeps until
   exactly then, so a crashed replica is replaced one lease duration after its last renewal (or
   granted heartbeat), not up to a tick later. A heartbeat moves that moment without waking the
@@ -23,6 +25,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from groupops.controller.render_pods import CONSUMER_CONTAINER
+from groupops.planner.exits import container_boundary
 from groupops.planner.handoff import LeaseClock
 
 __all__ = ["EXPIRY_MARGIN_S", "Wakeup", "expiry_due", "lease_fingerprint", "next_wake"]
@@ -64,6 +68,8 @@ class Wakeup:
     """One policy's wake-up signal and what it last saw of each Lease."""
 
     fingerprints: dict[str, LeaseFingerprint | None] = field(default_factory=dict)
+    containers: dict[str, tuple[str, float | None]] = field(default_factory=dict)
+    """Pod name -> (UID, the consumer container's latest start or end) as last seen."""
     _event: asyncio.Event | None = None
 
     @property
@@ -79,6 +85,20 @@ class Wakeup:
         if known and self.fingerprints[name] == fingerprint:
             return False
         self.fingerprints[name] = fingerprint
+        self.event.set()
+        return True
+
+    def note_pod(self, name: str, pod: Mapping[str, Any] | None) -> bool:
+        """Record a Pod event (None: deleted); wake the loop when the consumer container started or
+        ended since the last event: a Lease holder may have gone with it."""
+        if pod is None:
+            self.containers.pop(name, None)
+            return False
+        seen = (str((pod.get("metadata") or {}).get("uid")), container_boundary(pod, CONSUMER_CONTAINER))
+        before = self.containers.get(name)
+        self.containers[name] = seen
+        if seen[1] is None or before == seen:
+            return False
         self.event.set()
         return True
 

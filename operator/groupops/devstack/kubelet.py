@@ -5,12 +5,15 @@ pods on the local stack, so for every pod the operator creates this harness
 2. starts a local `groupops consume` with the pod's environment (values, fieldRefs, Secret and
    ConfigMap keys resolved; the auth Secret volume materialised), plus the test's extras: a
    KUBECONFIG through a per-pod cuttable proxy and the journal directory;
-3. reports the pod Running and Ready through the status subresource;
+3. reports the pod Running and Ready through the status subresource, with each process's start
+   and the last one's end and exit code (`state`, `lastState`), as a kubelet does;
 4. restarts the process when it exits on its own (restartPolicy Always; restartCount counts);
 5. on deletion sends SIGTERM, SIGKILL after the grace period, then removes the pod (grace 0).
 
-Faults a test can inject, by pod name: `crash` (SIGKILL; the harness restarts it as a kubelet
-would), `freeze`/`thaw` (SIGSTOP/SIGCONT), `cut`/`restore` (the pod's path to the API server:
+Faults a test can inject, by pod name: `crash` (SIGKILL; the harness reports the exit and
+restarts it as a kubelet would), `lose_node` (SIGKILL, and the pod's status is left as it was:
+the node is gone with its kubelet; `restart_now` brings it back), `freeze`/`thaw`
+(SIGSTOP/SIGCONT), `cut`/`restore` (the pod's path to the API server:
 it can no longer renew its Lease; Kafka stays reachable). Every fault is recorded with its
 identity and time for the journal audit.
 
@@ -61,7 +64,12 @@ def _shutdown(response: urllib3.BaseHTTPResponse) -> None:
 
 
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _time(time.time())
+
+
+def _time(seconds: float) -> str:
+    """A kubelet's timestamp: RFC 3339 in whole seconds (metav1.Time), truncated."""
+    return datetime.fromtimestamp(int(seconds), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -147,7 +155,15 @@ class PodRun:
     grace_seconds: int
     restarts: int = 0
     restart_at: float | None = None
+    started_at: float = 0.0
+    """Wall time just before the current (or last) process started, as a runtime records it."""
+    last_exit: tuple[float, float, int] | None = None
+    """(started, finished, exit code) of the last process that ended, for `lastState`."""
     frozen: bool = False
+    lost: bool = False
+    """Its node is lost: nothing is reported or restarted until `restart_now`."""
+    restart_soon: bool = False
+    """`restart_now` was called: the exit is reported and the process restarted at once."""
     stopping: bool = False
     gone: bool = False
 
@@ -218,6 +234,14 @@ class Kubelet:
         run.process.kill()
         self._fault(run, "crash")
 
+    def lose_node(self, pod: str) -> None:
+        """The pod's node is lost: its process dies and no kubelet says so (the status stays
+        Running): only the Lease's silence tells the operator."""
+        run = self.run_of(pod)
+        run.lost = True
+        run.process.kill()
+        self._fault(run, "crash")
+
     def freeze(self, pod: str) -> None:
         run = self.run_of(pod)
         run.frozen = True
@@ -250,7 +274,12 @@ class Kubelet:
     def restart_now(self, pod: str) -> None:
         """Restart an exited process at once, whatever `restart_delay` says."""
         run = self.run_of(pod)
-        run.restart_at = time.monotonic()
+        if not run.process.alive():
+            run.lost = False
+            if run.restart_at is None:
+                run.restart_soon = True  # not noticed yet: reported as ended, then restarted
+            else:
+                run.restart_at = time.monotonic()
         self._wake.set()
 
     def _fault(self, run: PodRun, kind: str) -> None:
@@ -377,19 +406,25 @@ class Kubelet:
         with self._lock:
             self.runs[name] = run
             self.history.append(run)
+        run.started_at = time.time()
         process.start()
         self._report(run, running=True)
 
     def _tend(self, run: PodRun) -> None:
-        if run.stopping or run.frozen or run.process.alive():
+        if run.stopping or run.frozen or run.lost or run.process.alive():
             return
         if run.restart_at is None:
-            run.restart_at = time.monotonic() + self.restart_delay
+            run.restart_at = time.monotonic() + (0.0 if run.restart_soon else self.restart_delay)
+            run.restart_soon = False
+            returncode = run.process.process.returncode if run.process.process else None
+            code = 128 - returncode if returncode is not None and returncode < 0 else (returncode or 0)
+            run.last_exit = (run.started_at, time.time(), code)
             self._report(run, running=False)
             return
         if time.monotonic() >= run.restart_at:
             run.restart_at = None
             run.restarts += 1
+            run.started_at = time.time()
             run.process.start()
             self._report(run, running=True)
         else:
@@ -483,14 +518,27 @@ class Kubelet:
         return None
 
     def _report(self, run: PodRun, *, running: bool) -> None:
-        """Pod status as a kubelet writes it (no probes: ready while the process runs)."""
+        """Pod status as a kubelet writes it (no probes: ready while the process runs): the
+        current process's start, and the last one's start, end and exit code (`lastState`), which
+        the operator reads to know a Lease holder is gone (planner/exits.py)."""
         now = _now()
         ready = "True" if running else "False"
         state: dict[str, Any] = (
-            {"running": {"startedAt": now}}
+            {"running": {"startedAt": _time(run.started_at)}}
             if running
             else {"waiting": {"reason": "CrashLoopBackOff", "message": "restarting"}}
         )
+        last_state: dict[str, Any] = {}
+        if run.last_exit is not None:
+            started, finished, code = run.last_exit
+            last_state = {
+                "terminated": {
+                    "exitCode": code,
+                    "reason": "Completed" if code == 0 else "Error",
+                    "startedAt": _time(started),
+                    "finishedAt": _time(finished),
+                }
+            }
         status = {
             "phase": "Running",
             "hostIP": "127.0.0.1",
@@ -513,6 +561,7 @@ class Kubelet:
                     "imageID": "groupops:local",
                     "containerID": f"harness://{run.process.process.pid if run.process.process else 0}",
                     "state": state,
+                    "lastState": last_state,
                 }
             ],
         }

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from groupops.controller.events import EventSink
+from groupops.controller.heartbeats import HeartbeatGuard
 from groupops.controller.lagfleet import KafkaClusterReaders
 from groupops.controller.metrics import Metrics
 from groupops.controller.reconcile import Deps, PolicyMemory, reconcile
@@ -24,6 +25,7 @@ def reconcile_with_readers(
     *,
     metrics: Metrics | None = None,
     wall_clock: Callable[[], datetime] = lambda: datetime(2025, 1, 1, tzinfo=UTC),
+    heartbeats: HeartbeatGuard | None = None,
 ) -> Any:
     """`readers` plays `KafkaClusterReaders` (only what the test's lag step calls)."""
     deps = Deps(
@@ -33,5 +35,6 @@ def reconcile_with_readers(
         events=EventSink(kube),  # type: ignore[arg-type]
         wall_clock=wall_clock,
         kafka_readers=cast(KafkaClusterReaders, readers),
+        heartbeats=heartbeats,
     )
     return reconcile(kube.policy("ns", "p"), deps, memory or PolicyMemory())

@@ -99,6 +99,27 @@ def test_a_silent_lease_expires_by_the_operators_clock() -> None:
     assert [m.name for m in later.members] == ["g-1"]
 
 
+def test_a_holder_whose_container_exited_is_void_at_once_and_takes_no_part() -> None:
+    clock = LeaseClock()
+    taken = "2026-11-29T10:00:00.500000Z"
+    leases = {identity: lease(f"l{i}", identity, renew="a") for i, identity in enumerate(("g-0", "g-1"))}
+    for i, identity in enumerate(("g-0", "g-1")):
+        leases[identity]["spec"]["acquireTime"] = taken
+        leases[identity]["metadata"]["annotations"]["groupops.dev/incarnation"] = f"x{i}@uid-{i}"
+    pods = [pod(0), pod(1)]
+    for i, restarted in ((0, "2026-11-29T10:00:07Z"), (1, "2026-11-29T10:00:00Z")):
+        pods[i]["metadata"]["uid"] = f"uid-{i}"
+        pods[i]["status"]["containerStatuses"] = [
+            {"name": "consumer", "state": {"running": {"startedAt": restarted}}}
+        ]
+    v = view(2, pods, leases, clock=clock, now=100.0)
+    assert v.leases["g-0"].exited and v.leases["g-0"].expired, (
+        "restarted 6.5 s after its holder took the Lease"
+    )
+    assert not v.leases["g-1"].exited and v.leases["g-1"].live, "its holder runs in the current container"
+    assert [m.name for m in v.members] == ["g-1"]
+
+
 def test_scale_down_drains_the_highest_ordinals() -> None:
     v = view(2, [pod(0), pod(1), pod(2), pod(3)])
     assert v.draining == {"g-2", "g-3"}

@@ -82,3 +82,30 @@ def test_a_stop_ends_the_wait_at_once_without_counting_as_a_wake() -> None:
     woken, waited = asyncio.run(scenario())
     assert not woken
     assert waited < 30.0
+
+
+def consumer_pod(
+    *, uid: str = "u1", state: dict[str, Any] | None = None, ready: bool = True
+) -> dict[str, Any]:
+    status: dict[str, Any] = {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    if state is not None:
+        status["containerStatuses"] = [{"name": "consumer", "state": state}]
+    return {"metadata": {"name": "orders-0", "uid": uid}, "status": status}
+
+
+def test_a_consumer_container_that_starts_or_ends_wakes_the_loop_and_nothing_else_of_a_pod_does() -> None:
+    async def scenario() -> list[bool]:
+        wakeup = Wakeup()
+        first = {"running": {"startedAt": "2026-11-29T10:00:00Z"}}
+        restarted = {"running": {"startedAt": "2026-11-29T10:05:00Z"}}
+        return [
+            wakeup.note_pod("orders-0", consumer_pod()),  # scheduled, no container yet
+            wakeup.note_pod("orders-0", consumer_pod(state=first)),
+            wakeup.note_pod("orders-0", consumer_pod(state=first, ready=False)),  # readiness only
+            wakeup.note_pod("orders-0", consumer_pod(state=restarted)),
+            wakeup.note_pod("orders-0", consumer_pod(uid="u2", state=restarted)),  # a new pod
+            wakeup.note_pod("orders-0", None),
+            wakeup.note_pod("orders-0", consumer_pod(uid="u2", state=restarted)),  # seen afresh
+        ]
+
+    assert asyncio.run(scenario()) == [False, True, False, True, True, False, True]
