@@ -11,8 +11,10 @@ groupops.devstack (built by `make stack`). Measures, each the median (and range)
 1. crash -> consuming: SIGKILL the replica that owns the partitions; time until another replica
    processes one of them. Ours: policy `failover` (delivery plan), 3 replicas by priority.
    Kafka: 3 static members (delivery native, range; group.instance.id, default
-   session.timeout.ms 45 s). The crashed process is not restarted until the measurement ends
-   (a lost node), so Kafka's figure is its session timeout, ours the Lease duration.
+   session.timeout.ms 45 s). The crashed process is not restarted until the measurement ends,
+   so Kafka's figure is its session timeout. Ours twice: a crash the kubelet reports (the pod's
+   status shows the container ended: planner/exits.py), and a lost node (the process dies and
+   nothing reports it: the Lease duration).
 2. graceful stop -> consuming: SIGTERM instead (the process exits and stays down). A static
    member does not leave the group on close, so Kafka again waits for the session timeout.
 3. messages processed twice per crash (processed by the victim, not yet committed).
@@ -165,6 +167,7 @@ def policy_setup(
         workdir=workdir / label / "pods",
         record_dir=workdir / label / "journal",
         restart_delay=3600.0,  # a crashed replica stays down until the measurement is over
+        exit_report_delay=1.0,  # a kubelet's relist period, the worst case
     )
     operator = OperatorProcess(
         kubeconfig=kubeconfig,
@@ -260,6 +263,8 @@ def measure_takeovers(
         at = time.time()
         if how == "crash":
             setup.kubelet.crash(pod)
+        elif how == "node-lost":
+            setup.kubelet.lose_node(pod)
         else:
             setup.kubelet.stop_process(pod)
         first = wait_for(
@@ -372,6 +377,9 @@ def main() -> int:
                 figures["ours_crash"], figures["ours_crash_duplicates"] = measure_takeovers(
                     ours, args.runs, owner_sets=ours.plan_sets, how="crash", replicas=3
                 )
+                figures["ours_node_lost"], figures["ours_node_lost_duplicates"] = measure_takeovers(
+                    ours, args.runs, owner_sets=ours.plan_sets, how="node-lost", replicas=3
+                )
                 figures["ours_graceful"], _ = measure_takeovers(
                     ours, args.runs, owner_sets=ours.plan_sets, how="graceful", replicas=3
                 )
@@ -423,7 +431,7 @@ def main() -> int:
                 figures[label] = measure_rebalances(setup, scale)
     print("\n== results")
     for key, values in figures.items():
-        if key in ("ours_crash", "ours_graceful", "static_crash", "static_graceful"):
+        if key in ("ours_crash", "ours_node_lost", "ours_graceful", "static_crash", "static_graceful"):
             print(f"{key}: {describe(values)}")
         elif key.endswith("duplicates"):
             print(f"{key}: median {statistics.median(values)} (all {values})")

@@ -2,7 +2,8 @@
 consumer replica, on the real API server (kube-apiserver + etcd of `groupops.devstack`).
 
     env -u KUBECONFIG .venv/bin/python benchmarks/liveness_load.py [--counts 100 1000]
-        [--modes renewal heartbeat] [--steady 60] [--crashes 10] [--takeovers 0] [--json FILE]
+        [--modes renewal heartbeat heartbeat-kubelet] [--steady 60] [--crashes 10] [--takeovers 0]
+        [--json FILE]
 
 Per (N, mode), N outer: a fresh API server (with $KUBECONFIG set: a fresh namespace on that one
 instead), one `groupops operator` (its defaults: tick 5 s, Lease duration 4 s, leader election
@@ -25,6 +26,11 @@ way consumer/lease.py and consumer/runtime.py do, without Kafka:
   compare-and-swap reveals a fence) or when no leader's answer came within 0.75 s, unless the
   validity still covers a later write (`LeaseKeeper._fallback_may_wait`).
   A failed write is retried once after 0.25 s. A crashed replica is simply no longer played.
+- mode `heartbeat-kubelet`: heartbeats, and the generator also plays each pod's kubelet where a
+  crash is concerned: every replica's incarnation names its pod's UID (the pods are listed
+  before the takes, as the downward API tells a real replica), and a crash is reported on the
+  pod's status (`lastState.terminated`, one status PATCH) after a delay uniform in 0-1 s (a
+  kubelet's relist period), so the operator may void the holder at once (planner/exits.py).
 
 Writes go through a pool of `--write-threads` threads (48; one keep-alive HTTPS connection
 each), so at most that many requests of the fleet are in flight, where 3N real replicas would
@@ -109,8 +115,11 @@ from tests.e2e.operator_support import (  # noqa: E402
 )
 
 from groupops.consumer.settings import LeaseSettings  # noqa: E402
+from groupops.controller.names import pod_name  # noqa: E402
+from groupops.controller.render_pods import CONSUMER_CONTAINER  # noqa: E402
 from groupops.devstack.kube import KubeApiServer  # noqa: E402
 from groupops.model import MemberId, TopicPartition  # noqa: E402
+from groupops.planner.exits import incarnation_for  # noqa: E402
 from groupops.planner.liveness import (  # noqa: E402
     Heartbeat,
     HeartbeatAnswer,
@@ -154,7 +163,9 @@ from operator_scale import (  # noqa: E402
 
 log = logging.getLogger("liveness_load")
 
-MODES = ("renewal", "heartbeat", "heartbeat-thread")
+MODES = ("renewal", "heartbeat", "heartbeat-thread", "heartbeat-kubelet")
+KUBELET_RELIST_S = 1.0
+"""A kubelet notices a container's exit within its relist period (the generic PLEG's 1 s)."""
 """heartbeat: answered in the operator's answering process (its default); heartbeat-thread: in a
 thread of the operator's own process (`--no-heartbeat-process`), as before that process existed."""
 
@@ -193,6 +204,7 @@ LIST_EVERY_S = 2.0
 SETTLED_FOR_S = 5.0
 """Setup is over when no plan changed for this long (and every replica acknowledged)."""
 LEASES_PATH = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+PODS_PATH = "/api/v1/namespaces/{namespace}/pods"
 _REPLICA_ANNOTATIONS = (
     LEASE_EPOCH_ANNOTATION,
     LEASE_RELEASED_THROUGH_ANNOTATION,
@@ -269,7 +281,9 @@ class LeanKube:
         self._timeout_s = timeout_s
         self._local = threading.local()
 
-    def request(self, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
+    def request(
+        self, method: str, path: str, body: Any = None, *, content_type: str | None = None
+    ) -> tuple[int, dict[str, Any]]:
         """(HTTP status, JSON body); status 0 when the request failed on the way (timeout,
         broken connection): the connection is then dropped and the next request opens one."""
         connection: http.client.HTTPSConnection | None = getattr(self._local, "connection", None)
@@ -280,7 +294,10 @@ class LeanKube:
             self._local.connection = connection
         try:
             payload = None if body is None else json.dumps(body, separators=(",", ":")).encode()
-            connection.request(method, path, body=payload, headers=self._headers)
+            headers = (
+                self._headers if content_type is None else {**self._headers, "Content-Type": content_type}
+            )
+            connection.request(method, path, body=payload, headers=headers)
             response = connection.getresponse()
             raw = response.read()
         except (OSError, http.client.HTTPException):
@@ -327,6 +344,8 @@ class Replica:
     """The seqs of the heartbeat exchange in flight (an answer to any of them counts)."""
     last_granted: float = 0.0
     """Wall time of its last granted heartbeat."""
+    pod_uid: str | None = None
+    """Mode heartbeat-kubelet: its pod's UID, named in its incarnation."""
 
 
 _TICK, _DEADLINE, _RETRY = 0, 1, 2
@@ -353,6 +372,7 @@ class Fleet:
     def __init__(self, config: PlayConfig) -> None:
         self.config = config
         self.heartbeats = config.mode.startswith("heartbeat")
+        self.kubelet_reports = config.mode == "heartbeat-kubelet"
         self.kube = LeanKube(config.kubeconfig, timeout_s=TIMING.lease.request_timeout_s)
         self.replicas: list[Replica] = []
         for policy, group_id in group_ids(config.count).items():
@@ -444,7 +464,45 @@ class Fleet:
         with self._lock:
             r.crashed = True
             r.token += 1
-            return {"at": time.time(), "identity": r.identity, "in_flight": r.busy, "applied": r.applied}
+            at = time.time()
+            reply = {"at": at, "identity": r.identity, "in_flight": r.busy, "applied": r.applied}
+        if self.kubelet_reports:
+            timer = threading.Timer(random.uniform(0, KUBELET_RELIST_S), self._report_exit, (r, at))
+            timer.daemon = True
+            timer.start()
+        return reply
+
+    def _report_exit(self, r: Replica, ended: float) -> None:
+        """What the pod's kubelet writes once it noticed the exit: the container waits to restart,
+        its last instance ended at `ended` (status times in whole seconds, as the API keeps them)."""
+
+        def stamp(seconds: float) -> str:
+            return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+        terminated = {
+            "exitCode": 137,
+            "reason": "Error",
+            "startedAt": stamp(ended - 600),
+            "finishedAt": stamp(ended),
+        }
+        status = {
+            "containerStatuses": [
+                {
+                    "name": CONSUMER_CONTAINER,
+                    "ready": False,
+                    "restartCount": 1,
+                    "image": "groupops",
+                    "imageID": "",
+                    "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                    "lastState": {"terminated": terminated},
+                }
+            ]
+        }
+        path = f"{PODS_PATH.format(namespace=self.config.namespace)}/{pod_name(r.policy, r.ordinal)}/status"
+        code, _ = self.kube.request(
+            "PATCH", path, {"status": status}, content_type="application/merge-patch+json"
+        )
+        self._count("kubelet_reports" if code == 200 else "kubelet_report_failures")
 
     def stats(self, since: float, granted_after: float | None = None) -> dict[str, Any]:
         """The fleet's figures; `granted_after` (wall time) adds how many live replicas holding
@@ -839,6 +897,8 @@ class Fleet:
             with self._lock:
                 if all(r.held or r.crashed for r in self.replicas):
                     return
+            if self.kubelet_reports:
+                self._learn_pods()
             status, listing = self.kube.request("GET", path)
             self._count("lease_list")
             to_take: list[Replica] = []
@@ -847,6 +907,8 @@ class Fleet:
                     r = self.by_lease.get(str(item["metadata"]["name"]))
                     if r is None or r.held or r.busy or r.crashed:
                         continue
+                    if self.kubelet_reports and r.pod_uid is None:
+                        continue  # its pod is not there yet: a real replica runs in it
                     try:
                         record = lease_record(item["metadata"].get("annotations"))
                     except PlanFormatError:
@@ -865,6 +927,26 @@ class Fleet:
             for r in to_take:
                 self._pool.submit(self._take_job, r)
             self._stop.wait(LIST_EVERY_S)
+
+    def _learn_pods(self) -> None:
+        """Mode heartbeat-kubelet: each replica's pod UID, and its incarnation naming it."""
+        selector = urllib.parse.quote(POLICY_LABEL)
+        status, listing = self.kube.request(
+            "GET", f"{PODS_PATH.format(namespace=self.config.namespace)}?labelSelector={selector}"
+        )
+        self._count("pod_list")
+        uids = (
+            {str(p["metadata"]["name"]): str(p["metadata"]["uid"]) for p in listing.get("items", [])}
+            if status == 200
+            else {}
+        )
+        with self._lock:
+            for r in self.replicas:
+                uid = uids.get(pod_name(r.policy, r.ordinal))
+                if r.pod_uid is None and uid is not None and not r.held:
+                    r.pod_uid = uid
+                    r.incarnation = incarnation_for(uid)
+                    r.record = replace(r.record, incarnation=r.incarnation)
 
     def _take_job(self, r: Replica) -> None:
         """`LeaseKeeper._take`: a conflict is left to the next listing."""

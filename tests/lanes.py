@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,15 +80,28 @@ class LaneRun:
     log: Path
     live: bool
     started: float
-    seconds: float = 0.0
+    ended: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.live:  # its end is noted when it comes, not when `finish` is called
+            threading.Thread(target=self._note_end, name=f"lane-{self.lane}", daemon=True).start()
+
+    def _note_end(self) -> None:
+        self.process.wait()
+        self.ended = time.monotonic()
 
     def finish(self) -> int:
         """Wait for the lane; a live lane's output is copied to our stdout and its log meanwhile."""
         if self.live:
             _relay(self.process, self.log)
         code = self.process.wait()
-        self.seconds = time.monotonic() - self.started
+        if self.ended is None:
+            self.ended = time.monotonic()
         return code
+
+    @property
+    def seconds(self) -> float:
+        return (self.ended or time.monotonic()) - self.started
 
 
 def start_lane(lane: Lane, pytest_args: list[str], log: Path, *, live: bool) -> LaneRun:

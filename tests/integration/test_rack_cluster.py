@@ -11,7 +11,7 @@ from confluent_kafka.cimpl import NewTopic
 
 from groupops.lag.kafka import KafkaLagSettings, KafkaLagSource
 
-pytestmark = [pytest.mark.integration, pytest.mark.no_time_bound]
+pytestmark = pytest.mark.integration
 
 
 def test_three_brokers_report_their_racks_in_cluster_metadata(kafka_rack_cluster: str) -> None:

@@ -42,6 +42,9 @@ tell replicas apart. Labels stay bounded: at most one series per partition, neve
 | offset_resets_total      | counter   |                  | partitions whose committed offset was gone from  |
 |                          |           |                  | the log (retention, recreated topic), resumed at |
 |                          |           |                  | their oldest message                             |
+| rewinds_refused_total    | counter   |                  | times the client delivered an owned partition    |
+|                          |           |                  | from below where it goes on (a stale offset      |
+|                          |           |                  | lookup, consumer/rewind.py): fetched again there |
 | lag                      | gauge     | topic, partition | high watermark - next offset to process, per     |
 |                          |           |                  | owned partition, every commit interval, from the |
 |                          |           |                  | client's cached watermarks (no broker call)      |
@@ -236,6 +239,11 @@ class ConsumerMetrics:
             "Partitions whose committed offset was no longer in the log, resumed at their oldest message.",
             registry=self.registry,
         )
+        self.rewinds_refused = Counter(
+            "groupops_consumer_rewinds_refused",
+            "Times the client delivered an owned partition from below where it goes on; fetched again there.",
+            registry=self.registry,
+        )
         self.lag = Gauge(
             "groupops_consumer_lag",
             "High watermark minus the next offset to process, per owned partition.",
@@ -278,6 +286,9 @@ class ConsumerMetrics:
 
     def offset_reset(self) -> None:
         self.offset_resets.inc()
+
+    def rewind_refused(self) -> None:
+        self.rewinds_refused.inc()
 
     def released(self, partitions: Iterable[TopicPartition]) -> None:
         """Partitions left this replica: their lag is no longer this replica's to report."""

@@ -80,14 +80,19 @@ class StartPositions:
     unresolved: frozenset[TopicPartition] = frozenset()
 
     def assignment(self, entering: Iterable[TopicPartition]) -> list[Any]:
-        """The confluent-kafka partitions to assign: explicit offsets where known, else the stored
-        offset (librdkafka's default)."""
+        """The confluent-kafka partitions to assign: explicit offsets where known (the commit just
+        read, or the start to commit), else the stored offset (librdkafka's default). Explicit, so
+        librdkafka looks nothing up itself: a lookup of its own can land late (consumer/rewind.py)."""
         return [
-            KafkaPartition(tp.topic, tp.partition, self.starts[tp])
-            if tp in self.starts
+            KafkaPartition(tp.topic, tp.partition, start)
+            if (start := self.start_of(tp)) is not None
             else KafkaPartition(tp.topic, tp.partition)
             for tp in sorted(entering)
         ]
+
+    def start_of(self, tp: TopicPartition) -> int | None:
+        """Where `tp` starts, where known: its start to commit, else its commit."""
+        return self.starts.get(tp, self.committed.get(tp))
 
 
 def resolve_starts(

@@ -74,6 +74,7 @@ from groupops.consumer.offsets import Committer, resolve_starts
 from groupops.consumer.planwatch import PlanWatcher
 from groupops.consumer.processors import Processor
 from groupops.consumer.replica import Replica, kafka_config
+from groupops.consumer.rewind import ExpectedPositions
 from groupops.consumer.settings import RuntimeSettings
 from groupops.kubeapi import KubeError
 from groupops.model import MemberId, TopicPartition
@@ -106,6 +107,7 @@ class PlanRuntime(Replica):
         self._kube: ReplicaKube | None = None
         self._owned: set[TopicPartition] = set()
         self._committer: Committer | None = None
+        self._positions = ExpectedPositions()
         self._group_started_ms = settings.group_started_ms or int(time.time() * 1000)
         self._active = False
         self._applied: int | None = None
@@ -319,6 +321,8 @@ class PlanRuntime(Replica):
             )
         committer.assigned(starts, entering)
         committer.commit_starts(starts.starts)
+        for tp in entering:
+            self._positions.expect(tp, starts.start_of(tp))
         partitions = starts.assignment(entering)
         self._consumer.incremental_assign(partitions)
         # librdkafka keeps a partition's pause flag across unassign/assign: one this process
@@ -354,6 +358,7 @@ class PlanRuntime(Replica):
             )
             self._error_counts["uncommittedReleases"] += 1  # reported with this epoch's acknowledgement
         self._consumer.incremental_unassign(partitions)
+        self._positions.forget(leaving)
         for tp in leaving:
             self._progress.pop(tp, None)
         committer.forget(leaving)
@@ -368,6 +373,7 @@ class PlanRuntime(Replica):
         self._unassign(self._owned)
         self._owned = set()
         self._progress.clear()
+        self._positions.clear()
         self._unstop(list(self._stopped))
         if self._committer is not None:
             self._committer.forget_all()
@@ -398,7 +404,9 @@ class PlanRuntime(Replica):
         assert self._keeper is not None
         timeout = max(0.0, min(_POLL_S, self._keeper.valid_until - time.monotonic()))
         messages = self._consumer.consume(num_messages=self.settings.batch_size, timeout=timeout)
-        usable = [m for m in messages if self._usable(m)]
+        usable, rewound = self._positions.split([m for m in messages if self._usable(m)])
+        for tp, (lowest, expected) in sorted(rewound.items()):
+            self._refuse_rewind(tp, lowest, expected)
         if not usable:
             return
         if self._processor.batch is not None:
@@ -446,6 +454,7 @@ class PlanRuntime(Replica):
         if tp not in self._owned:
             return
         self._progress[tp] = message.offset() + 1
+        self._positions.processed(tp, message.offset())
         self.processed += 1
         self.metrics.processed(tp)
         self._journal.processed(tp.topic, tp.partition, message.offset(), start, end)
@@ -461,6 +470,23 @@ class PlanRuntime(Replica):
         elif error.code() != KafkaError._PARTITION_EOF:
             log.warning("Kafka: %s", error)
         return False
+
+    def _refuse_rewind(self, tp: TopicPartition, lowest: int, expected: int) -> None:
+        """The client delivered `tp` from below where it must go on (consumer/rewind.py): drop
+        those messages and fetch from `expected` again."""
+        if tp not in self._owned:
+            return
+        log.warning(
+            "%s: the client went back to offset %d, below %d where this replica goes on; "
+            "fetching from %d again (nothing is processed twice)",
+            tp,
+            lowest,
+            expected,
+            expected,
+        )
+        self.metrics.rewind_refused()
+        self._journal.event("rewind-refused", time.time(), part=str(tp), got=lowest, expected=expected)
+        self._reposition(tp, expected)
 
     def _reposition(self, tp: TopicPartition, offset: int) -> None:
         """Fetch an owned partition from `offset` (a logical one too) from now on; anything already
@@ -479,6 +505,7 @@ class PlanRuntime(Replica):
         self.metrics.offset_reset()
         self._journal.event("offset-reset", time.time(), part=str(tp), why=error.str())
         log.warning("%s: no usable position (%s); consuming from its oldest message", tp, error.str())
+        self._positions.expect(tp, None)
         self._reposition(tp, OFFSET_BEGINNING)
 
     # -- commits ------------------------------------------------------------------------------------
@@ -506,6 +533,7 @@ class PlanRuntime(Replica):
         )
         self.metrics.foreign_commit()
         self._journal.event("foreign-commit", time.time(), part=str(tp), group=offset, mine=mine)
+        self._positions.expect(tp, offset)
         self._reposition(tp, offset)
         self._progress[tp] = offset
         self._committer.adopt(tp, offset)
