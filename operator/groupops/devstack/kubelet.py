@@ -78,7 +78,7 @@ class ConsumerProcess:
     environment; the test adds KUBECONFIG (through a cuttable proxy) and the journal directory."""
 
     identity: str
-    env: Mapping[str, str]
+    env: dict[str, str]
     log_path: Path
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
@@ -436,6 +436,11 @@ class Kubelet:
         if time.monotonic() >= run.restart_at:
             run.restart_at = None
             run.restarts += 1
+            if run.process.env.get("GROUPOPS_METRICS_PORT"):
+                # Pods share this machine's ports: the one found free for the last start may have
+                # been taken (by any process's outgoing connection) before the consumer bound it,
+                # and a consumer that cannot bind exits. A restart gets a port free just then.
+                run.process.env["GROUPOPS_METRICS_PORT"] = str(free_port())
             run.started_at = time.time()
             run.process.start()
             self._report(run, running=True)
