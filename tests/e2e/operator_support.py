@@ -24,6 +24,7 @@ import yaml
 
 from groupops.controller.settings import ElectionSettings
 from groupops.devstack.kube_api import KubeApi
+from groupops.devstack.process import free_port as devstack_free_port
 from tests.e2e.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,9 +91,7 @@ class Kubectl:
 
 
 def free_port(kind: socket.SocketKind = socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return devstack_free_port(kind)
 
 
 _HEARTBEAT_PORTS: dict[str, tuple[int, int]] = {}

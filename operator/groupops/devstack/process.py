@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -35,12 +36,37 @@ __all__ = [
 _POLL_S = 0.2
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the kernel's pick for port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+_LISTEN_PORTS_FROM = 20000
+"""Ports for the stack's servers are drawn from here up to the kernel's ephemeral range."""
+
+
+def free_port(kind: socket.SocketKind = socket.SOCK_STREAM) -> int:
+    """A port on 127.0.0.1 that was free a moment ago, drawn at random below the kernel's
+    ephemeral range: a port from that range (the kernel's pick for port 0) can be handed to any
+    process's outgoing connection, or to the next caller's port 0, before the server that was
+    given it binds it. Falls back to the kernel's pick when no port below the range is free."""
+    low = _ephemeral_start()
+    for _ in range(64):
+        port = random.randrange(_LISTEN_PORTS_FROM, low) if low > _LISTEN_PORTS_FROM + 1000 else 0
+        with socket.socket(socket.AF_INET, kind) as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            chosen: int = probe.getsockname()[1]
+            return chosen
+    with socket.socket(socket.AF_INET, kind) as probe:
         probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+        fallback: int = probe.getsockname()[1]
+        return fallback
+
+
+def _ephemeral_start() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default when it cannot be read)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def log_tail(path: Path, lines: int = 40) -> str:
