@@ -71,6 +71,30 @@ def holder_incarnation(stack: PolicyStack, identity: str) -> str | None:
     return lease_record(lease["metadata"].get("annotations")).incarnation
 
 
+def consuming_under_failover(stack: PolicyStack, *, failback: bool, total: int) -> SteadyProducer:
+    """The failover policy applied, the highest priority active and both standbys acknowledging,
+    `total` messages being produced and the active consuming them for 2 s."""
+    active, standby, last = stack.identity(0), stack.identity(1), stack.identity(2)
+    stack.apply(**failover_spec(stack, failback=failback))
+    wait_for(
+        "the highest priority active and both standbys acknowledging",
+        lambda: stack.owner_of_everything() == active and stack.settled([active, standby, last]),
+        STARTUP_S,
+        interval=0.5,
+        explain=stack.diagnostics,
+    )
+    producer = SteadyProducer(stack.bootstrap, stack.topic, PARTITIONS, total=total, rate=250).start()
+    wait_for("the active consuming", lambda: first_processed_by(stack, active, 0.0), 60, interval=0.5)
+    time.sleep(2.0)
+    return producer
+
+
+def seconds_until_consuming(stack: PolicyStack, identity: str, since: float) -> float:
+    """From `since` until `identity` processed a message (it took the partitions over)."""
+    first = wait_for(f"{identity} consuming", lambda: first_processed_by(stack, identity, since), 60)
+    return float(first) - since
+
+
 @pytest.mark.parametrize(
     ("failback", "node_lost"),
     [
@@ -92,18 +116,8 @@ def test_a_crashed_active_is_replaced_by_the_next_priority_within_the_lease_dura
         operator_tick=None,
         restart_delay=2.0 * LEASE_SECONDS,
     ) as s:
-        active, standby, last = s.identity(0), s.identity(1), s.identity(2)
-        s.apply(**failover_spec(s, failback=failback))
-        wait_for(
-            "the highest priority active and both standbys acknowledging",
-            lambda: s.owner_of_everything() == active and s.settled([active, standby, last]),
-            STARTUP_S,
-            interval=0.5,
-            explain=s.diagnostics,
-        )
-        producer = SteadyProducer(s.bootstrap, s.topic, PARTITIONS, total=8000, rate=250).start()
-        wait_for("the active consuming", lambda: first_processed_by(s, active, 0.0), 60, interval=0.5)
-        time.sleep(2.0)
+        active, standby = s.identity(0), s.identity(1)
+        producer = consuming_under_failover(s, failback=failback, total=8000)
         old_incarnation = holder_incarnation(s, active)
 
         crashed_at = time.time()
@@ -112,8 +126,7 @@ def test_a_crashed_active_is_replaced_by_the_next_priority_within_the_lease_dura
         else:
             s.kubelet.crash(s.pod(0))
         wait_for("the next priority owning everything", lambda: s.owner_of_everything() == standby, 120)
-        first = wait_for("the standby consuming", lambda: first_processed_by(s, standby, crashed_at), 60)
-        takeover = first - crashed_at
+        takeover = seconds_until_consuming(s, standby, crashed_at)
         print(
             f"\n{'node lost' if node_lost else 'crash'} -> standby consuming: {takeover:.2f} s "
             f"(lease {LEASE_SECONDS} s, renewal {RENEW_SECONDS} s)"
@@ -152,24 +165,13 @@ def test_a_graceful_stop_hands_over_without_waiting_for_the_lease_to_expire(new_
         partitions=PARTITIONS,
         lease_seconds=long_lease,
     ) as s:
-        active, standby = s.identity(0), s.identity(1)
-        s.apply(**failover_spec(s, failback=False))
-        wait_for(
-            "the active and the standbys acknowledging",
-            lambda: s.owner_of_everything() == active and s.settled([active, standby, s.identity(2)]),
-            STARTUP_S,
-            interval=0.5,
-            explain=s.diagnostics,
-        )
-        producer = SteadyProducer(s.bootstrap, s.topic, PARTITIONS, total=5000, rate=250).start()
-        wait_for("the active consuming", lambda: first_processed_by(s, active, 0.0), 60, interval=0.5)
-        time.sleep(2.0)
+        standby = s.identity(1)
+        producer = consuming_under_failover(s, failback=False, total=5000)
 
         stopped_at = time.time()
         s.api.delete("Pod", s.namespace, s.pod(0))
         wait_for("the standby owning everything", lambda: s.owner_of_everything() == standby, 120)
-        first = wait_for("the standby consuming", lambda: first_processed_by(s, standby, stopped_at), 60)
-        handover = first - stopped_at
+        handover = seconds_until_consuming(s, standby, stopped_at)
         print(f"\ngraceful stop -> standby consuming: {handover:.2f} s (lease duration {long_lease} s)")
         assert handover < long_lease
         served = s.metrics_of(standby)  # the pod's metrics port, as Prometheus would scrape it
@@ -188,23 +190,11 @@ def test_a_crash_the_pod_reports_fails_over_long_before_the_lease_could_expire(
 ) -> None:
     long_lease = 30  # a failover faster than a third of this cannot have waited for expiry
     with new_stack(partitions=PARTITIONS, lease_seconds=long_lease, restart_delay=5.0) as s:
-        active, standby = s.identity(0), s.identity(1)
-        s.apply(**failover_spec(s, failback=False))
-        wait_for(
-            "the active and the standbys acknowledging",
-            lambda: s.owner_of_everything() == active and s.settled([active, standby, s.identity(2)]),
-            STARTUP_S,
-            interval=0.5,
-            explain=s.diagnostics,
-        )
-        producer = SteadyProducer(s.bootstrap, s.topic, PARTITIONS, total=5000, rate=250).start()
-        wait_for("the active consuming", lambda: first_processed_by(s, active, 0.0), 60, interval=0.5)
-        time.sleep(2.0)
+        producer = consuming_under_failover(s, failback=False, total=5000)
 
         crashed_at = time.time()
         s.kubelet.crash(s.pod(0))
-        first = wait_for("the standby consuming", lambda: first_processed_by(s, standby, crashed_at), 60)
-        takeover = first - crashed_at
+        takeover = seconds_until_consuming(s, s.identity(1), crashed_at)
         print(f"\ncrash -> standby consuming: {takeover:.2f} s (lease duration {long_lease} s)")
         assert takeover < long_lease / 3
 

@@ -183,7 +183,7 @@ def lease_state(
     notes = _notes(meta.get("annotations"))
     silent_for = clock.unchanged_for(MemberId(str(meta.get("name"))), now)
     silent = now - changed_at if silent_for is None else silent_for
-    exited = held and holder_exited(lease, pod, container=CONSUMER_CONTAINER)
+    exited = held and holder_exited(lease, pod, container=CONSUMER_CONTAINER, incarnation=notes.incarnation)
     return LeaseState(
         identity=identity,
         held=held,

@@ -2,7 +2,7 @@
 silence (docs/design.md §7.5, "a holder whose container exited is void at once").
 
 Who uses it: the consumer names its incarnation with `incarnation_for(pod_uid)`; the reconcile
-(`controller/identities.py`) asks `holder_exited(lease, pod)` for each identity, and fences a
+(`controller/identities.py`) asks `holder_exited(lease, pod, ...)` for each identity, and fences a
 holder that exited without the heartbeat guard's wait (its grants reach no process).
 
 The rule. A container of a pod runs one instance at a time, and the kubelet reports each
@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from groupops.planner.plan_format import PlanFormatError, lease_record, parse_micro_time
+from groupops.planner.plan_format import PlanFormatError, parse_micro_time
 
 __all__ = [
     "EXIT_MARGIN_S",
@@ -83,21 +83,27 @@ def container_boundary(pod: Mapping[str, Any], container: str) -> float | None:
     return max(moments, default=None)
 
 
-def holder_exited(lease: Mapping[str, Any] | None, pod: Mapping[str, Any] | None, *, container: str) -> bool:
-    """True when the process holding `lease` has surely ended: it runs in `pod` (by UID) and the
-    pod reports an instance of `container` starting or ending `EXIT_MARGIN_S` after the take."""
+def holder_exited(
+    lease: Mapping[str, Any] | None,
+    pod: Mapping[str, Any] | None,
+    *,
+    container: str,
+    incarnation: str | None,
+) -> bool:
+    """True when the process holding `lease` (`incarnation`, from its record, which the caller
+    has read already) has surely ended: it runs in `pod` (by UID) and the pod reports an instance
+    of `container` starting or ending `EXIT_MARGIN_S` after the take."""
     if lease is None or pod is None:
         return False
     spec = lease.get("spec") or {}
     if not spec.get("holderIdentity") or not spec.get("acquireTime"):
         return False
+    uid = pod_uid_of(incarnation)
+    if uid is None or uid != (pod.get("metadata") or {}).get("uid"):
+        return False
     try:
-        record = lease_record((lease.get("metadata") or {}).get("annotations"))
         taken = parse_micro_time(str(spec["acquireTime"]))
     except PlanFormatError:
-        return False
-    uid = pod_uid_of(record.incarnation)
-    if uid is None or uid != (pod.get("metadata") or {}).get("uid"):
         return False
     boundary = container_boundary(pod, container)
     return boundary is not None and boundary - taken > EXIT_MARGIN_S

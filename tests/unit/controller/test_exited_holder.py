@@ -4,7 +4,7 @@ partitions handed on, even though the heartbeat guard heard it less than a Lease
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -12,16 +12,8 @@ import pytest
 from groupops.controller.heartbeats import HeartbeatBook
 from groupops.model import MemberId
 from groupops.planner.liveness import Heartbeat, HeartbeatStatus
-from groupops.planner.plan_format import (
-    LeaseRecord,
-    LeaseState,
-    format_micro_time,
-    lease_record_annotations,
-)
 from tests.unit.controller.reconcile_support import reconcile_with_readers
 from tests.unit.controller.test_monitoring_metrics import STATIC, World
-
-TAKEN = datetime(2026, 11, 29, 10, 0, 0, tzinfo=UTC)
 
 
 class HeartbeatWorld(World):
@@ -54,31 +46,14 @@ class HeartbeatWorld(World):
     def incarnation(self, identity: str) -> str:
         return f"proc-{identity}@uid-{self.pod(identity)}"
 
-    def take_and_acknowledge(self, *identities: str) -> None:
-        plan = self.plan()
+    def take_and_acknowledge(self, *identities: str) -> datetime:
+        """Each replica takes its Lease now and acknowledges, from a container started 2 s before;
+        returns when they took it."""
+        taken = self.clock.now
+        self.acknowledge(*identities, incarnation=self.incarnation)
         for identity in identities:
-            record = LeaseRecord(
-                acked_epoch=plan.epoch,
-                partitions=tuple(plan.plan.assignment.get(MemberId(identity), ())),
-                state=LeaseState.ACTIVE,
-                incarnation=self.incarnation(identity),
-                heartbeats=True,
-            )
-            self.kube.patch(
-                "coordination.k8s.io/v1",
-                "Lease",
-                "ns",
-                f"p-{identity}",
-                {
-                    "metadata": {"annotations": lease_record_annotations(record, identity)},
-                    "spec": {
-                        "holderIdentity": identity,
-                        "acquireTime": format_micro_time(TAKEN.timestamp()),
-                        "renewTime": format_micro_time(TAKEN.timestamp()),
-                    },
-                },
-            )
-            self.container(identity, started=TAKEN - timedelta(seconds=2))
+            self.container(identity, started=taken - timedelta(seconds=2))
+        return taken
 
     def container(self, identity: str, *, started: datetime) -> None:
         pod = self.pod(identity)
@@ -105,12 +80,12 @@ def test_a_holder_whose_container_restarted_is_fenced_at_once_despite_a_fresh_he
 ) -> None:
     world = HeartbeatWorld()
     world.run()
-    world.take_and_acknowledge("g-0", "g-1", "g-2")
+    taken = world.take_and_acknowledge("g-0", "g-1", "g-2")
     world.run()
     world.silence("g-2")  # its Lease unchanged for a minute: only a fresh grant vouches for it
     assert world.beat("g-2") is HeartbeatStatus.GRANTED
     if restarted:
-        world.container("g-2", started=TAKEN + timedelta(seconds=30))
+        world.container("g-2", started=taken + timedelta(seconds=30))
 
     world.run()
 

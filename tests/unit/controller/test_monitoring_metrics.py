@@ -5,7 +5,7 @@ published plan, the handoffs in flight and the fences, run by run against an in-
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -84,15 +84,19 @@ class World:
         assert observed is not None
         return observed.published
 
-    def acknowledge(self, *identities: str) -> None:
-        """Each replica holds its Lease, renews it and acknowledges the published epoch with the
-        partitions the plan gives it (it has applied the plan)."""
+    def acknowledge(self, *identities: str, incarnation: Callable[[str], str] | None = None) -> None:
+        """Each replica holds its Lease (taken now), renews it and acknowledges the published
+        epoch with the partitions the plan gives it (it has applied the plan). `incarnation`: each
+        process's, and it sends heartbeats (else it has none and renews its Lease)."""
         plan = self.plan()
+        now = format_micro_time(self.clock.now.timestamp())
         for identity in identities:
             record = LeaseRecord(
                 acked_epoch=plan.epoch,
                 partitions=tuple(plan.plan.assignment.get(MemberId(identity), ())),
                 state=LeaseState.ACTIVE,
+                incarnation=None if incarnation is None else incarnation(identity),
+                heartbeats=incarnation is not None,
             )
             self.kube.patch(
                 "coordination.k8s.io/v1",
@@ -101,10 +105,7 @@ class World:
                 f"p-{identity}",
                 {
                     "metadata": {"annotations": lease_record_annotations(record, identity)},
-                    "spec": {
-                        "holderIdentity": f"{identity}-process",
-                        "renewTime": format_micro_time(self.clock.now.timestamp()),
-                    },
+                    "spec": {"holderIdentity": f"{identity}-process", "acquireTime": now, "renewTime": now},
                 },
             )
 

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from groupops.planner.exits import EXIT_MARGIN_S, holder_exited, incarnation_for, pod_uid_of
-from groupops.planner.plan_format import format_micro_time
+from groupops.planner.plan_format import format_micro_time, lease_record
 
 CONTAINER = "consumer"
 POD_UID = "7d0c5b7e-2f4e-4c53-9b1a-0d9a2f1c3e11"
@@ -63,8 +63,16 @@ def terminated(started: float, finished: float) -> dict[str, Any]:
 WAITING = {"waiting": {"reason": "CrashLoopBackOff"}}
 
 
+def exited(the_lease: dict[str, Any] | None, the_pod: dict[str, Any] | None) -> bool:
+    """The rule as the reconcile asks it, with the incarnation read from the Lease's record."""
+    incarnation = (
+        None if the_lease is None else lease_record(the_lease["metadata"]["annotations"]).incarnation
+    )
+    return holder_exited(the_lease, the_pod, container=CONTAINER, incarnation=incarnation)
+
+
 @pytest.mark.parametrize(
-    ("the_lease", "the_pod", "exited"),
+    ("the_lease", "the_pod", "gone"),
     [
         pytest.param(
             lease(),
@@ -128,9 +136,9 @@ WAITING = {"waiting": {"reason": "CrashLoopBackOff"}}
     ],
 )
 def test_a_holder_is_gone_only_when_its_own_pod_shows_its_container_ended_after_the_take(
-    the_lease: dict[str, Any] | None, the_pod: dict[str, Any] | None, exited: bool
+    the_lease: dict[str, Any] | None, the_pod: dict[str, Any] | None, gone: bool
 ) -> None:
-    assert holder_exited(the_lease, the_pod, container=CONTAINER) is exited
+    assert exited(the_lease, the_pod) is gone
 
 
 def test_an_incarnation_names_its_pod_and_is_new_every_time() -> None:
@@ -191,7 +199,7 @@ def test_a_running_holder_is_never_called_gone(
     assert status is not None  # the holder's own instance had started
     ended = instances[holder][1]
     gone = ended is not None and ended <= read_at
-    if holder_exited(lease(taken=taken), pod(status), container=CONTAINER):
+    if exited(lease(taken=taken), pod(status)):
         assert gone, f"holder {holder} of {instances} called gone at {read_at}, taken at {taken}"
     elif gone and holder < len(instances) - 1 and instances[holder + 1][0] <= read_at:
         # A successor started: the only way the rule holds back is the margin (or truncation).
