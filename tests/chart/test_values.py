@@ -112,6 +112,9 @@ def test_a_misspelled_value_fails_naming_it(chart: Chart, values: dict[str, Any]
             {"leaderElection": {"leaseSeconds": 1}}, "/leaderElection/leaseSeconds", id="election-min"
         ),
         pytest.param({"heartbeats": {"port": 70000}}, "/heartbeats/port", id="port-maximum"),
+        pytest.param(
+            {"heartbeats": {"intervalSeconds": 0}}, "/heartbeats/intervalSeconds", id="interval-minimum"
+        ),
         pytest.param({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy", id="pull-policy-enum"),
         pytest.param({"watchNamespaces": ["Team_A"]}, "/watchNamespaces/0", id="namespace-pattern"),
         pytest.param(

@@ -178,3 +178,14 @@ def test_the_guard_allows_nothing_risky_unless_its_values_say_so(chart: Chart) -
     ]
     refusal = chart.refusal({"guard": {"allowHostPid": True}})
     assert "'/guard'" in refusal and "'allowHostPid' not allowed" in refusal, refusal
+
+
+def test_a_heartbeat_interval_reaches_the_operator_only_when_set(chart: Chart) -> None:
+    def args(values: dict[str, Any]) -> list[str]:
+        return list(pod_of(chart.render(values))["containers"][0]["args"])
+
+    assert not [a for a in args({}) if a.startswith("--heartbeat-interval")]
+    assert "--heartbeat-interval=2.5" in args({"heartbeats": {"intervalSeconds": 2.5}})
+    assert not [
+        a for a in args({"heartbeats": {"enabled": False, "intervalSeconds": 2.5}}) if "interval" in a
+    ]

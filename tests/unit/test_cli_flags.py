@@ -390,3 +390,22 @@ def test_help_points_at_docs_design_md_never_at_a_design_md(command: str | None)
     result = CliRunner().invoke(app, [command, "--help"] if command else ["--help"], terminal_width=200)
     assert result.exit_code == 0
     assert "DESIGN.md" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--heartbeat-interval", "2"], "needs heartbeats"),
+        (["--heartbeat-port", "7946", "--heartbeat-interval", "2"], "less than 2 s"),
+        (
+            ["--heartbeat-port", "7946", "--lease-duration", "12", "--heartbeat-interval", "0.5"],
+            "at least 1 s",
+        ),
+    ],
+)
+def test_the_operator_refuses_a_heartbeat_interval_its_leases_cannot_carry(
+    flags: list[str], named: str
+) -> None:
+    result = CliRunner().invoke(app, ["operator", "--host", "127.0.0.1", *flags])
+    assert result.exit_code == 2, result.output
+    assert named in result.output and "--heartbeat-interval" in result.output

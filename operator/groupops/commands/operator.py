@@ -107,6 +107,15 @@ def operator_command(
             "with --heartbeat-port."
         ),
     ] = None,
+    heartbeat_interval: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds from a consumer's granted heartbeat to its next (default: its renew interval, "
+            "1 s with Leases of 4 s and more). Longer costs the heartbeat process less and leaves a "
+            "replica less margin when no operator answers; at least min(1, lease/4), under lease/2.",
+            min=0.0,
+        ),
+    ] = None,
     heartbeat_process: Annotated[
         bool,
         typer.Option(
@@ -211,7 +220,7 @@ def operator_command(
         reconcile=ReconcileSettings(
             tick_seconds=tick, resync_seconds=resync, lease_duration_seconds=lease_duration
         ),
-        consumer=ConsumerSettings(image=consumer_image, heartbeat_addresses=consumer_addresses),
+        consumer=_consumer_settings(consumer_image, consumer_addresses, heartbeat_interval, lease_duration),
         network=NetworkSettings(host=host, health_port=health_port, metrics_port=metrics_port),
         heartbeat=heartbeat,
         history_topic=history_topic,
@@ -229,6 +238,19 @@ def operator_command(
         run_operator(settings, verbose=verbose)
     except StartupError as e:
         fail(str(e), code=RUNTIME_FAILURE)
+
+
+def _consumer_settings(
+    image: str, addresses: tuple[str, ...], heartbeat_interval: float | None, lease_seconds: int
+) -> ConsumerSettings:
+    try:
+        settings = ConsumerSettings(
+            image=image, heartbeat_addresses=addresses, heartbeat_interval_seconds=heartbeat_interval
+        )
+        settings.check_heartbeat_interval(lease_seconds)
+    except ValueError as e:
+        fail(f"{e} (--heartbeat-interval, --heartbeat-port, --lease-duration)")
+    return settings
 
 
 def _heartbeats(

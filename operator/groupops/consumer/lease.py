@@ -293,14 +293,22 @@ class LeaseKeeper:
     # -- the renewal thread -------------------------------------------------------------------------
 
     def _run(self) -> None:
+        wait = self._settings.renew_interval_s
         while not self._stop.is_set():
-            self._kick.wait(self._settings.renew_interval_s)
+            self._kick.wait(wait)
             self._kick.clear()
+            wait = self._settings.renew_interval_s
             if self._stop.is_set():
                 return
             if self._report_unchanged():
                 beat = self._beat()
-                if beat is _Beat.GRANTED or (beat is _Beat.UNANSWERED and self._fallback_may_wait()):
+                if beat is _Beat.GRANTED:
+                    # Only a grant earns the longer wait: an unanswered or refused heartbeat is
+                    # retried at the renew interval's pace, the one fallback_write_may_wait
+                    # counts on (design §7.5).
+                    wait = self._settings.beat_interval_s
+                    continue
+                if beat is _Beat.UNANSWERED and self._fallback_may_wait():
                     continue
             if not self.renew_once() and not self._stop.is_set():
                 # One quick retry: a single dropped request must not cost a whole interval.

@@ -99,7 +99,10 @@ class LeaseSettings:
     request_timeout_s: one API request's budget, so a hung connection cannot eat the deadline.
     heartbeat_addresses: where the operator answers heartbeats ("host:port"); when given, the
     replica proves it is alive with one heartbeat per interval and writes its Lease only when its
-    report changes or no operator answers (docs/design.md §7.5).
+    report changes or no operator answers (docs/design.md §7.5). heartbeat_interval_s: the wait
+    after a granted heartbeat (None: renew_interval_s); after an unanswered or refused one the
+    replica keeps the renew interval's pace, so a longer steady interval costs no margin when the
+    operator is away.
     """
 
     duration_s: int = DEFAULT_LEASE_DURATION_S
@@ -107,6 +110,7 @@ class LeaseSettings:
     renew_deadline_s: float = 3.0
     request_timeout_s: float = 2.0
     heartbeat_addresses: tuple[str, ...] = ()
+    heartbeat_interval_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.duration_s < 1:
@@ -117,6 +121,17 @@ class LeaseSettings:
                 f"need 0 < renew interval ({self.renew_interval_s}) < renew deadline "
                 f"({self.renew_deadline_s}) < lease duration ({self.duration_s})",
             )
+        if not self.renew_interval_s <= self.beat_interval_s < self.renew_deadline_s:
+            raise ConsumerConfigError(
+                "GROUPOPS_HEARTBEAT_INTERVAL_SECONDS",
+                f"need renew interval ({self.renew_interval_s}) <= heartbeat interval "
+                f"({self.beat_interval_s}) < renew deadline ({self.renew_deadline_s})",
+            )
+
+    @property
+    def beat_interval_s(self) -> float:
+        """Seconds from a granted heartbeat to the next one."""
+        return self.renew_interval_s if self.heartbeat_interval_s is None else self.heartbeat_interval_s
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -263,9 +278,13 @@ class RuntimeSettings:
         # A quarter of a short Lease: a grant or a renewal is valid for 3/4 of the duration, so one
         # lost heartbeat plus its fallback write must fit in it (benchmarks/RESULTS.md, "Liveness").
         renew_interval = _float(source, "GROUPOPS_RENEW_INTERVAL_SECONDS", min(1.0, duration / 4))
+        # The operator's --heartbeat-interval, rendered only when set (design §7.5, "the steady
+        # heartbeat interval").
+        beat_interval = _float(source, "GROUPOPS_HEARTBEAT_INTERVAL_SECONDS", renew_interval)
         lease = LeaseSettings(
             duration_s=duration,
             renew_interval_s=renew_interval,
+            heartbeat_interval_s=beat_interval,
             renew_deadline_s=_float(source, "GROUPOPS_RENEW_DEADLINE_SECONDS", duration * 0.75),
             request_timeout_s=_float(
                 source, "GROUPOPS_API_TIMEOUT_SECONDS", max(0.5, min(2.0, duration / 4))

@@ -54,6 +54,19 @@ REPORT_EVERY_S = 0.1
 """How often the answerer sends what it granted: the delay before the operator's clocks show a
 grant (which only ever makes a fence guard say no)."""
 
+FORWARD_FRACTION = 0.25
+"""A replica's grant reaches the operator's clock when the last one forwarded for it is at least
+this share of its Lease duration old (every grant is still on the answerer's own clock, the one
+the fence guard asks). With heartbeats at most a quarter of the duration apart, the operator's
+clock is then never more than about half a duration behind the answerer's, so it never wakes a
+policy for a silence that is not there; forwarding every grant was most of what crossed the pipe
+at 5,000 policies (docs/design.md §7.5, "the answerer forwards")."""
+
+PROGRESS_EVERY_S = 2.0
+"""A replica's progress reaches the operator at most this often (status and the
+seconds-since-poll gauge show it; the stuck rule is the answerer's own), unless its holder
+changed."""
+
 FENCE_GUARD_TIMEOUT_S = 2.0
 """An unanswered fence guard does not fence (the safe answer); the answerer is then wedged or
 dead, and the operator exits (`on_lost`)."""
@@ -68,16 +81,26 @@ class HeartbeatProcessError(Exception):
 
 @dataclass
 class _Reported:
-    """One report of the answerer: what changed since the last one, the latest of each only."""
+    """One report of the answerer: what changed since the last one, the latest of each only.
+    It crosses the pipe as `wire()`, plain tuples and dicts, which pickle in C (a dataclass per
+    progress, pickled field by field in Python, was a fifth of the answerer's CPU)."""
 
     heard: dict[tuple[str, str, str], float] = field(default_factory=dict)
-    """(namespace, policy, Lease name) -> monotonic moment of the last grant."""
-    progress: dict[tuple[str, str], tuple[str, HeardProgress]] = field(default_factory=dict)
-    """(namespace, Lease name) -> (holder identity, the last progress heard)."""
+    """(namespace, policy, Lease name) -> monotonic moment of the last grant forwarded."""
+    progress: dict[tuple[str, str], tuple[str, Mapping[str, float], float, str]] = field(default_factory=dict)
+    """(namespace, Lease name) -> (holder identity, progress, heard at, policy)."""
     answered: Counter[str] = field(default_factory=Counter)
 
     def __bool__(self) -> bool:
         return bool(self.heard or self.progress or self.answered)
+
+    def wire(self) -> tuple[Any, ...]:
+        return (self.heard, self.progress, dict(self.answered))
+
+    @classmethod
+    def from_wire(cls, wire: tuple[Any, ...]) -> _Reported:
+        heard, progress, answered = wire
+        return cls(heard, progress, Counter(answered))
 
 
 class HeartbeatProcess:
@@ -238,7 +261,7 @@ class HeartbeatProcess:
     def _receive(self) -> None:
         while not self._stopping.is_set():
             try:
-                report: _Reported = self._reports.recv()
+                report = _Reported.from_wire(self._reports.recv())
             except (EOFError, OSError):
                 if not self._stopping.is_set():
                     self._lost(f"the heartbeat process exited (code {self._process.exitcode})")
@@ -252,9 +275,9 @@ class HeartbeatProcess:
                 if clock is not None:
                     clock.hear(MemberId(lease), moment)
             progressed = [
-                (key, identity, heard)
-                for key, (identity, heard) in report.progress.items()
-                if (key[0], heard.policy) in self._clocks
+                (key, identity, HeardProgress(progress, heard_at, policy))
+                for key, (identity, progress, heard_at, policy) in report.progress.items()
+                if (key[0], policy) in self._clocks
             ]
             for key, _, heard in progressed:
                 self._progress[key] = heard
@@ -302,17 +325,23 @@ def _slim(lease: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class _RecordingClock(LeaseClock):
-    """The answerer's clock of one policy: grants are kept as on any clock, and queued for the
-    operator's clock of the same policy."""
+    """The answerer's clock of one policy: grants are kept as on any clock, and forwarded to the
+    operator's clock of the same policy a quarter of the Lease's duration apart at most
+    (`FORWARD_FRACTION`)."""
 
-    def __init__(self, key: tuple[str, str], outbox: _Outbox) -> None:
+    def __init__(
+        self, key: tuple[str, str], outbox: _Outbox, lease: Callable[[str, str], Mapping[str, Any] | None]
+    ) -> None:
         super().__init__()
         self._key = key
         self._outbox = outbox
+        self._lease = lease
 
     def hear(self, identity: MemberId, now: float) -> None:
         super().hear(identity, now)
-        self._outbox.heard(self._key, identity, now)
+        lease = self._lease(self._key[0], str(identity))
+        duration = float(((lease or {}).get("spec") or {}).get("leaseDurationSeconds") or 0)
+        self._outbox.heard(self._key, identity, now, forward_after_s=duration * FORWARD_FRACTION)
 
 
 class _Outbox:
@@ -321,10 +350,18 @@ class _Outbox:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._report = _Reported()
+        self._forwarded: dict[tuple[str, str, str], float] = {}
+        """(namespace, policy, Lease name) -> the moment of the last grant forwarded."""
+        self._progress_sent: dict[tuple[str, str], tuple[str, float]] = {}
+        """(namespace, Lease name) -> (holder, heard at) of the last progress forwarded."""
 
-    def heard(self, key: tuple[str, str], identity: MemberId, now: float) -> None:
+    def heard(self, key: tuple[str, str], identity: MemberId, now: float, *, forward_after_s: float) -> None:
+        entry = (key[0], key[1], str(identity))
         with self._lock:
-            self._report.heard[(key[0], key[1], str(identity))] = now
+            if now - self._forwarded.get(entry, -math.inf) < forward_after_s:
+                return
+            self._forwarded[entry] = now
+            self._report.heard[entry] = now
 
     def answered(self, label: str, count: int = 1) -> None:
         with self._lock:
@@ -332,7 +369,19 @@ class _Outbox:
 
     def progressed(self, namespace: str, lease: str, identity: str, heard: HeardProgress) -> None:
         with self._lock:
-            self._report.progress[(namespace, lease)] = (identity, heard)
+            sent = self._progress_sent.get((namespace, lease))
+            if sent is not None and sent[0] == identity and heard.heard_at - sent[1] < PROGRESS_EVERY_S:
+                return
+            self._progress_sent[(namespace, lease)] = (identity, heard.heard_at)
+            entry = (identity, heard.progress, heard.heard_at, heard.policy)
+            self._report.progress[(namespace, lease)] = entry
+
+    def forget(self, namespace: str, policy: str) -> None:
+        """The policy was detached: its replicas' next grants and progress go out at once."""
+        with self._lock:
+            for entry in [e for e in self._forwarded if e[0] == namespace and e[1] == policy]:
+                del self._forwarded[entry]
+                self._progress_sent.pop((namespace, entry[2]), None)
 
     def take(self) -> _Reported:
         with self._lock:
@@ -372,13 +421,14 @@ class _Answerer:
                     self._leases[key] = lease
         elif kind == "attach":
             key = (args[0], args[1])
-            clock = _RecordingClock(key, self._outbox)
+            clock = _RecordingClock(key, self._outbox, self.lease)
             self._clocks[key] = clock
             self.book.attach(*key, clock)
         elif kind == "detach":
             key = (args[0], args[1])
             if key in self._clocks:
                 self.book.detach(*key, self._clocks.pop(key))
+                self._outbox.forget(*key)
         elif kind == "published":
             self.book.note_published(*args)
         elif kind == "max_poll":
@@ -418,7 +468,7 @@ def _answer(host: str, port: int, commands: Connection, replies: Connection, rep
             batch = outbox.take()
             if batch:
                 try:
-                    reports.send(batch)
+                    reports.send(batch.wire())
                 except OSError:
                     return
 

@@ -161,6 +161,8 @@ def template_hash(policy: PolicyRef, spec: PolicySpec, settings: ConsumerSetting
     }
     if settings.heartbeat_addresses:  # absent when off, so turning them on is one rollout
         material["heartbeat"] = list(settings.heartbeat_addresses)
+    if settings.heartbeat_interval_seconds is not None:  # likewise: unset renders and rolls nothing
+        material["heartbeat_interval"] = f"{settings.heartbeat_interval_seconds:g}"
     return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
@@ -204,6 +206,9 @@ def render_pod(
     ]
     if settings.heartbeat_addresses:
         env.append({"name": "GROUPOPS_HEARTBEAT_ADDRESSES", "value": ",".join(settings.heartbeat_addresses)})
+    if settings.heartbeat_interval_seconds is not None:
+        interval = f"{settings.heartbeat_interval_seconds:g}"
+        env.append({"name": "GROUPOPS_HEARTBEAT_INTERVAL_SECONDS", "value": interval})
     ours = {item["name"] for item in env}
     theirs = [item for item in container.get("env") or [] if item.get("name") not in ours]
     if not any(item.get("name") == "GROUPOPS_METRICS_PORT" for item in theirs):

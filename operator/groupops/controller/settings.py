@@ -96,16 +96,37 @@ class ConsumerSettings:
 
     image: the groupops image (same as the operator's: it contains `groupops consume`);
     command: the container command when the template gives none; heartbeat_addresses: "host:port"
-    where replicas send heartbeats (docs/design.md §7.5), none to renew Leases every second.
+    where replicas send heartbeats (docs/design.md §7.5), none to renew Leases every second;
+    heartbeat_interval_seconds: seconds from a replica's granted heartbeat to its next (None: the
+    replica's renew interval, a second for Leases of 4 s and more), the operator's CPU against
+    the margin a replica has when the operator goes away (design §7.5, "the steady interval").
     """
 
     image: str = "groupops:0.1.0"
     command: tuple[str, ...] = ("groupops", "consume")
     heartbeat_addresses: tuple[str, ...] = ()
+    heartbeat_interval_seconds: float | None = None
 
     def __post_init__(self) -> None:
         for address in self.heartbeat_addresses:
             _check_address(address, "heartbeat address")
+        if self.heartbeat_interval_seconds is not None and not self.heartbeat_addresses:
+            raise ValueError("a heartbeat interval needs heartbeats (a heartbeat address)")
+
+    def check_heartbeat_interval(self, lease_seconds: int) -> None:
+        """ValueError unless the interval fits a replica's Lease of `lease_seconds`: at least its
+        renew interval (a quarter of the Lease, at most 1 s) and less than half of it, so that a
+        grant (valid for 3/4 of the Lease) outlasts the next heartbeat by a quarter of the Lease,
+        the room its retries and fallback write need."""
+        interval = self.heartbeat_interval_seconds
+        if interval is None:
+            return
+        low, high = min(1.0, lease_seconds / 4), lease_seconds / 2
+        if not low <= interval < high:
+            raise ValueError(
+                f"heartbeat interval {interval:g} s: with a {lease_seconds} s consumer Lease it must be "
+                f"at least {low:g} s and less than {high:g} s"
+            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -119,14 +119,21 @@ def encode_heartbeat(heartbeat: Heartbeat) -> bytes:
 
 
 def decode_heartbeat(data: bytes) -> Heartbeat:
+    # The answering process decodes one of these per replica per interval (design §7.5, "an
+    # answer costs"): one pass over the progress, checks inline rather than a call per field.
     body = _object(data)
-    progress = body.get("progress", {})
-    if not isinstance(progress, dict) or not all(
-        isinstance(k, str) and _is_number(v) for k, v in progress.items()
-    ):
-        raise HeartbeatFormatError("progress must be an object of numbers")
+    progress = body.get("progress")
+    numbers: dict[str, float] = {}
+    if progress is not None:
+        if type(progress) is not dict:
+            raise HeartbeatFormatError("progress must be an object of numbers")
+        for name, value in progress.items():
+            kind = type(value)
+            if not ((kind is float and math.isfinite(value)) or (kind is int and abs(value) < 2**53)):
+                raise HeartbeatFormatError("progress must be an object of numbers")
+            numbers[name] = float(value)
     seen = body.get("seen")
-    if seen is not None and (not isinstance(seen, int) or isinstance(seen, bool)):
+    if seen is not None and type(seen) is not int:
         raise HeartbeatFormatError(f"seen must be an integer epoch, got {seen!r}")
     return Heartbeat(
         namespace=_text(body, "namespace"),
@@ -134,11 +141,24 @@ def decode_heartbeat(data: bytes) -> Heartbeat:
         incarnation=_text(body, "incarnation"),
         seq=_seq(body),
         seen=seen,
-        progress={k: float(v) for k, v in progress.items()},
+        progress=numbers,
     )
 
 
 def encode_answer(answer: HeartbeatAnswer) -> bytes:
+    valid = round(answer.valid, 3)
+    if (
+        answer.status is HeartbeatStatus.GRANTED
+        and not answer.leader
+        and not answer.reason
+        and type(answer.seq) is int
+        and type(valid) is float
+        and math.isfinite(valid)
+    ):
+        # The answer to almost every heartbeat, as the bytes the encoder below writes for it (the
+        # same keys in the same order; JSON writes a finite float as its repr).
+        granted = b'{"v":%d,"seq":%d,"status":"granted","valid":%s}'
+        return granted % (_VERSION, answer.seq, repr(valid).encode())
     body: dict[str, Any] = {"v": _VERSION, "seq": answer.seq, "status": answer.status.value}
     if answer.status is HeartbeatStatus.GRANTED:
         body["valid"] = round(answer.valid, 3)
@@ -257,7 +277,7 @@ def _object(data: bytes) -> dict[str, Any]:
         body = _DECODER.decode(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise HeartbeatFormatError(f"not JSON: {e}") from None
-    if not isinstance(body, dict):
+    if type(body) is not dict:
         raise HeartbeatFormatError("not a JSON object")
     if body.get("v") != _VERSION:
         raise HeartbeatFormatError(f"version {body.get('v')!r}, this side speaks {_VERSION}")
@@ -266,14 +286,14 @@ def _object(data: bytes) -> dict[str, Any]:
 
 def _text(body: Mapping[str, Any], key: str) -> str:
     value = body.get(key)
-    if not isinstance(value, str) or not value:
+    if type(value) is not str or not value:
         raise HeartbeatFormatError(f"{key} must be a non-empty string")
     return value
 
 
 def _seq(body: Mapping[str, Any]) -> int:
     seq = body.get("seq")
-    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+    if type(seq) is not int or seq < 0:  # JSON gives exactly int, or bool for true/false
         raise HeartbeatFormatError(f"seq must be an integer >= 0, got {seq!r}")
     return seq
 

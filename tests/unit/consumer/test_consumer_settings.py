@@ -41,6 +41,23 @@ def test_a_short_lease_renews_or_beats_four_times_per_duration(
     assert lease.renew_interval_s < lease.renew_deadline_s == 0.75 * int(duration)
 
 
+@pytest.mark.parametrize(
+    ("interval", "expected", "refused"),
+    [(None, 1.0, False), ("3", 3.0, False), ("0.5", None, True), ("6", None, True)],
+)
+def test_a_heartbeat_interval_is_read_between_the_renew_interval_and_the_deadline(
+    interval: str | None, expected: float | None, refused: bool
+) -> None:
+    env = {**POD_ENV, "GROUPOPS_HEARTBEAT_ADDRESSES": "op.svc:7946"}  # an 8 s Lease: renew 1 s, deadline 6 s
+    if interval is not None:
+        env["GROUPOPS_HEARTBEAT_INTERVAL_SECONDS"] = interval
+    if refused:
+        with pytest.raises(ConsumerConfigError, match="GROUPOPS_HEARTBEAT_INTERVAL_SECONDS"):
+            RuntimeSettings.from_env(env)
+    else:
+        assert RuntimeSettings.from_env(env).lease.beat_interval_s == expected
+
+
 def test_the_operators_pod_environment_is_read_whole() -> None:
     settings = RuntimeSettings.from_env(POD_ENV)
     assert settings.identity == "orders-processor-0"

@@ -5,6 +5,7 @@ that stays silent) and against one that refuses."""
 
 from __future__ import annotations
 
+import itertools
 import socket
 import threading
 import time
@@ -96,8 +97,9 @@ def test_a_write_left_for_later_still_returns_before_the_validity_ends(
 
 
 @contextmanager
-def heartbeat_port(answer: HeartbeatStatus | None) -> Iterator[str]:
-    """A loopback UDP port: silent (None), or answering every heartbeat with `answer`."""
+def heartbeat_port(answer: HeartbeatStatus | None, received: list[float] | None = None) -> Iterator[str]:
+    """A loopback UDP port: silent (None), or answering every heartbeat with `answer`; the
+    monotonic moment of each datagram goes to `received`."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind(("127.0.0.1", 0))
     sock.settimeout(0.05)
@@ -109,11 +111,15 @@ def heartbeat_port(answer: HeartbeatStatus | None) -> Iterator[str]:
                 data, sender = sock.recvfrom(2048)
             except TimeoutError:
                 continue
+            if received is not None:
+                received.append(time.monotonic())
             if answer is not None:
                 seq = decode_heartbeat(data).seq
-                sock.sendto(
-                    encode_answer(HeartbeatAnswer(seq=seq, status=answer, reason="unknown Lease")), sender
-                )
+                if answer is HeartbeatStatus.GRANTED:
+                    reply = HeartbeatAnswer(seq=seq, status=answer, valid=2.25)  # 0.75 x the 3 s Lease
+                else:
+                    reply = HeartbeatAnswer(seq=seq, status=answer, reason="unknown Lease")
+                sock.sendto(encode_answer(reply), sender)
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
@@ -136,7 +142,12 @@ class CountingStore(LeaseStore):
 
 
 def run_keeper(
-    address: str, *, renew_deadline_s: float, seconds: float, metrics: ConsumerMetrics | None = None
+    address: str,
+    *,
+    renew_deadline_s: float,
+    seconds: float,
+    metrics: ConsumerMetrics | None = None,
+    beat_interval_s: float | None = None,
 ) -> tuple[int, float]:
     """Lease writes during `seconds` of the keeper's thread (after the take), and the longest time
     it was not valid in that span (sampled every 10 ms). `metrics` follow the keeper's counts."""
@@ -146,6 +157,7 @@ def run_keeper(
         renew_deadline_s=renew_deadline_s,
         request_timeout_s=0.3,
         heartbeat_addresses=(address,),
+        heartbeat_interval_s=beat_interval_s,
     )
     store = CountingStore()
     k = LeaseKeeper(store, settings, name=NAME, policy="orders", identity="g-0", incarnation="aaaa")  # type: ignore[arg-type]
@@ -183,6 +195,23 @@ def test_no_leader_answering_a_short_validity_is_written_every_interval() -> Non
     with heartbeat_port(None) as address:
         writes, _ = run_keeper(address, renew_deadline_s=0.6, seconds=4.0)
     assert writes >= 8, writes
+
+
+def test_granted_heartbeats_come_a_heartbeat_interval_apart_unanswered_ones_at_the_renew_pace() -> None:
+    # the steady interval is the operator's CPU; only a grant earns it: a replica the operator
+    # stopped answering retries every renew interval, which its fallback rule counts on
+    granted: list[float] = []
+    with heartbeat_port(HeartbeatStatus.GRANTED, granted) as address:
+        writes, longest_invalid = run_keeper(address, renew_deadline_s=2.0, seconds=3.0, beat_interval_s=0.6)
+    gaps = [b - a for a, b in itertools.pairwise(granted)]
+    assert writes == 0 and longest_invalid == 0.0
+    assert 4 <= len(granted) <= 6, granted  # 3 s at 0.6 s, not 15 at the renew interval's 0.2 s
+    assert min(gaps) >= 0.55, gaps
+    unanswered: list[float] = []
+    with heartbeat_port(None, unanswered) as address:
+        run_keeper(address, renew_deadline_s=2.0, seconds=3.0, beat_interval_s=0.6)
+    gaps = [b - a for a, b in itertools.pairwise(unanswered)]
+    assert len(unanswered) >= 8 and min(gaps) < 0.45, gaps  # 0.2 s apart plus the exchange's 0.15 s
 
 
 def test_a_refused_heartbeat_is_followed_by_a_write_at_once_whatever_the_validity() -> None:

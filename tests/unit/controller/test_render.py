@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
+
 from groupops.controller import render_pods, render_rbac
 from groupops.controller.render_common import PolicyRef
 from groupops.controller.render_plan import read_plan_configmap, render_plan_configmap
@@ -127,6 +129,49 @@ def test_pod_carries_the_max_poll_interval_and_a_change_replaces_the_pods() -> N
     assert env_of(pod(short))["GROUPOPS_MAX_POLL_INTERVAL_SECONDS"] == "30"
     label = "groupops.dev/template-hash"
     assert pod(short)["metadata"]["labels"][label] != pod()["metadata"]["labels"][label]
+
+
+def test_a_heartbeat_interval_is_rendered_only_when_set_so_an_upgrade_without_one_rolls_nothing() -> None:
+    def rendered(settings: ConsumerSettings) -> dict[str, Any]:
+        slot = render_pods.Slot(ordinal=0, identity="orders-processor-0", zone=None)
+        return render_pods.render_pod(POLICY, parse_policy(SPEC), slot, settings=settings, lease_seconds=10)
+
+    label = "groupops.dev/template-hash"
+    beating = ConsumerSettings(heartbeat_addresses=("op.svc:7946",))
+    slower = ConsumerSettings(heartbeat_addresses=("op.svc:7946",), heartbeat_interval_seconds=2.5)
+    assert "GROUPOPS_HEARTBEAT_INTERVAL_SECONDS" not in env_of(rendered(beating))
+    assert env_of(rendered(slower))["GROUPOPS_HEARTBEAT_INTERVAL_SECONDS"] == "2.5"
+    assert rendered(slower)["metadata"]["labels"][label] != rendered(beating)["metadata"]["labels"][label]
+
+
+@pytest.mark.parametrize(
+    ("interval", "lease", "refused"),
+    [
+        (None, 4, None),
+        (1.0, 4, None),
+        (1.9, 4, None),
+        (2.0, 4, "less than 2 s"),
+        (0.9, 4, "at least 1 s"),
+        (0.5, 2, None),
+        (0.4, 2, "at least 0.5 s"),
+        (7.0, 15, None),
+        (7.5, 15, "less than 7.5 s"),
+    ],
+)
+def test_a_heartbeat_interval_must_leave_a_grant_a_quarter_lease_beyond_the_next_heartbeat(
+    interval: float | None, lease: int, refused: str | None
+) -> None:
+    settings = ConsumerSettings(heartbeat_addresses=("op.svc:7946",), heartbeat_interval_seconds=interval)
+    if refused is None:
+        settings.check_heartbeat_interval(lease)
+    else:
+        with pytest.raises(ValueError, match=refused):
+            settings.check_heartbeat_interval(lease)
+
+
+def test_a_heartbeat_interval_without_heartbeats_is_refused() -> None:
+    with pytest.raises(ValueError, match="needs heartbeats"):
+        ConsumerSettings(heartbeat_interval_seconds=2.0)
 
 
 def test_pods_start_latest_from_the_policys_creation_and_carry_only_the_error_policy_it_sets() -> None:

@@ -3,6 +3,8 @@ counts on the operator's `LeaseClock`."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -89,6 +91,35 @@ def test_an_answer_reads_back_as_it_was_sent(answer: HeartbeatAnswer) -> None:
 def test_a_datagram_that_is_not_a_heartbeat_is_named_as_such(data: bytes, problem: str) -> None:
     with pytest.raises(HeartbeatFormatError, match=problem):
         decode_heartbeat(data)
+
+
+@given(
+    seq=st.integers(0, 2**63),
+    valid=st.floats(0, 1e9, allow_nan=False, allow_infinity=False) | st.integers(0, 10**6),
+    status=st.sampled_from(HeartbeatStatus),
+    reason=st.sampled_from(["", "fenced: re-read the Lease"]),
+)
+def test_every_answer_is_the_json_object_of_its_fields(
+    seq: int, valid: float, status: HeartbeatStatus, reason: str
+) -> None:
+    """The granted answer is written without the JSON encoder (the answering process writes one
+    per heartbeat): the same bytes the encoder writes, for every seq and validity."""
+    answer = HeartbeatAnswer(seq=seq, status=status, valid=valid, reason=reason)
+    body: dict[str, object] = {"v": 1, "seq": seq, "status": status.value}
+    if status is HeartbeatStatus.GRANTED:
+        body["valid"] = round(valid, 3)
+    if reason:
+        body["reason"] = reason
+    assert encode_answer(answer) == json.dumps(body, separators=(",", ":")).encode()
+
+
+@pytest.mark.parametrize(
+    "value", [b"1e400", b"NaN", b"-Infinity", b"12345678901234567890123", b"true", b'"1"']
+)
+def test_a_progress_that_is_not_a_finite_exact_number_is_a_format_error(value: bytes) -> None:
+    data = b'{"v": 1, "namespace": "a", "lease": "b", "incarnation": "c", "seq": 1, "progress": {"poll": %s}}'
+    with pytest.raises(HeartbeatFormatError, match="progress"):
+        decode_heartbeat(data % value)
 
 
 def test_an_answer_with_an_unknown_status_or_negative_validity_is_refused() -> None:
