@@ -179,13 +179,16 @@ class Timing:
         self.lease = LeaseSettings()
         self._derive()
 
-    def configure(self, interval_s: float, duration_s: int) -> None:
-        """As `RuntimeSettings.from_env` derives the rest from these two settings."""
+    def configure(
+        self, interval_s: float, duration_s: int, heartbeat_interval_s: float | None = None
+    ) -> None:
+        """As `RuntimeSettings.from_env` derives the rest from these settings."""
         self.lease = LeaseSettings(
             duration_s=duration_s,
             renew_interval_s=interval_s,
             renew_deadline_s=duration_s * 0.75,
             request_timeout_s=max(0.5, min(2.0, duration_s / 4)),
+            heartbeat_interval_s=heartbeat_interval_s,
         )
         self._derive()
 
@@ -362,6 +365,7 @@ class PlayConfig:
     write_threads: int
     interval_s: float = 1.0
     lease_duration_s: int = TIMING.lease.duration_s
+    heartbeat_interval_s: float | None = None
 
 
 class Fleet:
@@ -734,7 +738,8 @@ class Fleet:
             self._preferred = target
             r.last_granted = time.time()
             r.valid_until = max(r.valid_until, sent + min(answer.valid, TIMING.lease.renew_deadline_s))
-            self._finish(r, at)
+            # `LeaseKeeper._run`: only a grant earns the steady heartbeat interval.
+            self._finish(r, at, next_at=at + TIMING.lease.beat_interval_s)
             return None
         leader = self._leader_target(answer.leader)
         if answer.status is HeartbeatStatus.NOT_LEADER:
@@ -992,7 +997,7 @@ def _milliseconds(seconds: list[float]) -> dict[str, float]:
 def play(config: PlayConfig) -> int:
     """The generator's main: requests on stdin, one JSON line each, answers on stdout."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
-    TIMING.configure(config.interval_s, config.lease_duration_s)
+    TIMING.configure(config.interval_s, config.lease_duration_s, config.heartbeat_interval_s)
     fleet = Fleet(config)
     fleet.start()
     print(json.dumps({"ready": True, "pid": os.getpid()}), flush=True)
@@ -1687,6 +1692,8 @@ def point(mode: str, count: int, args: argparse.Namespace, workdir: Path) -> dic
             heartbeat_address = ",".join(f"127.0.0.1:{port}" for port in ports)
             addresses = [arg for port in ports for arg in ("--heartbeat-address", f"127.0.0.1:{port}")]
             extra += ["--heartbeat-port", str(heartbeat_port), *addresses]
+            if args.heartbeat_interval is not None:
+                extra += ["--heartbeat-interval", str(args.heartbeat_interval)]
             if mode == "heartbeat-thread":
                 extra.append("--no-heartbeat-process")
             if args.takeovers:
@@ -1727,6 +1734,7 @@ def point(mode: str, count: int, args: argparse.Namespace, workdir: Path) -> dic
             write_threads=args.write_threads,
             interval_s=args.interval,
             lease_duration_s=args.lease_duration,
+            heartbeat_interval_s=args.heartbeat_interval,
         )
         generator = Generator(config, workdir / f"generator-{count}-{mode}.log")
         exits.callback(generator.stop)
@@ -1917,10 +1925,16 @@ def main() -> int:
     parser.add_argument(
         "--lease-duration", type=int, default=TIMING.lease.duration_s, help="Lease duration, s"
     )
+    parser.add_argument(
+        "--heartbeat-interval",
+        type=float,
+        help="seconds from a granted heartbeat to the next (the operator's --heartbeat-interval); "
+        "default --interval",
+    )
     parser.add_argument("--json", type=Path, help="write the figures here too")
     parser.add_argument("--play", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    TIMING.configure(args.interval, args.lease_duration)
+    TIMING.configure(args.interval, args.lease_duration, args.heartbeat_interval)
     if args.play:
         return play(PlayConfig(**json.loads(args.play)))
     workdir = Path(tempfile.mkdtemp(prefix="groupops-liveness-load-"))
