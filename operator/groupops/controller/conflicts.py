@@ -219,6 +219,12 @@ class PolicyClaims:
     def wait_synced(self, timeout: float) -> bool:
         return self._watch.wait_synced(timeout)
 
+    def known_policies(self) -> list[dict[str, Any]]:
+        """Every watched policy as the watch holds it (copies), [] while it is not synced."""
+        if not self._watch.synced():
+            return []
+        return self._watch.list(None)
+
     def first_rival_of(self, claim: Claim) -> Claim | None:
         """The claim `claim` stands down for, from the index (the API while not synced)."""
         if self._watch.synced():

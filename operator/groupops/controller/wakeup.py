@@ -13,6 +13,11 @@ Each policy has one loop (a kopf daemon in `handlers`) that reconciles every tic
   granted heartbeat), not up to a tick later. A heartbeat moves that moment without waking the
   loop: when the loop wakes at the old moment it finds nothing due and sleeps again.
 
+- its loop starts (a takeover, the operator's start) while one of its consumer containers started
+  or ended within the last `RECENT_EXIT_S`: a crash the previous leader never handled may be
+  among them, and the loop's first run must not queue behind the routine first runs of every
+  other policy (`note_pods_at_start`).
+
 The watch that feeds this runs in kopf's event loop; `Wakeup` is only touched from that loop.
 """
 
@@ -29,10 +34,23 @@ from groupops.controller.render_pods import CONSUMER_CONTAINER
 from groupops.planner.exits import container_boundary
 from groupops.planner.handoff import LeaseClock
 
-__all__ = ["EXPIRY_MARGIN_S", "Wakeup", "expiry_due", "lease_fingerprint", "next_wake"]
+__all__ = [
+    "EXPIRY_MARGIN_S",
+    "RECENT_EXIT_S",
+    "Wakeup",
+    "exited_recently",
+    "expiry_due",
+    "lease_fingerprint",
+    "next_wake",
+]
 
 EXPIRY_MARGIN_S = 0.05
 """Wake this long after a Lease's expiry moment: the reconcile judges `now - changed > duration`."""
+
+RECENT_EXIT_S = 60.0
+"""A consumer container that started or ended this long before a policy's loop starts makes its
+first run urgent. Longer than an election and the start of a large fleet's loops (about 30 s at
+1,000 policies), with room for the node's clock against the operator's."""
 
 _REPORT_PREFIX = "groupops.dev/"
 
@@ -102,6 +120,22 @@ class Wakeup:
         self.event.set()
         return True
 
+    def note_pods_at_start(self, pods: Iterable[Mapping[str, Any]], *, now: float) -> bool:
+        """Record the policy's pods as its loop starts; wake the loop (its first run goes to the
+        urgent lane) when a consumer container of one of them started or ended within
+        `RECENT_EXIT_S` before `now` (epoch seconds)."""
+        pods = list(pods)
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            self.containers[str(meta.get("name"))] = (
+                str(meta.get("uid")),
+                container_boundary(pod, CONSUMER_CONTAINER),
+            )
+        recent = exited_recently(pods, now=now)
+        if recent:
+            self.event.set()
+        return recent
+
     def poke(self) -> None:
         self.event.set()
 
@@ -118,3 +152,13 @@ class Wakeup:
             return False
         self.event.clear()
         return True
+
+
+def exited_recently(pods: Iterable[Mapping[str, Any]], *, now: float) -> bool:
+    """A consumer container of one of `pods` started or ended within `RECENT_EXIT_S` before `now`
+    (epoch seconds), by the pod's status."""
+    for pod in pods:
+        boundary = container_boundary(pod, CONSUMER_CONTAINER)
+        if boundary is not None and now - boundary <= RECENT_EXIT_S:
+            return True
+    return False

@@ -7,7 +7,14 @@ import time
 from typing import Any
 
 from groupops.controller.identities import observe_lease
-from groupops.controller.wakeup import EXPIRY_MARGIN_S, Wakeup, expiry_due, lease_fingerprint, next_wake
+from groupops.controller.wakeup import (
+    EXPIRY_MARGIN_S,
+    RECENT_EXIT_S,
+    Wakeup,
+    expiry_due,
+    lease_fingerprint,
+    next_wake,
+)
 from groupops.planner.handoff import LeaseClock
 
 
@@ -109,3 +116,26 @@ def test_a_consumer_container_that_starts_or_ends_wakes_the_loop_and_nothing_els
         ]
 
     assert asyncio.run(scenario()) == [False, True, False, True, True, False, True]
+
+
+def test_a_loop_starting_beside_a_recent_exit_runs_first_and_urgently_and_an_old_one_does_not() -> None:
+    """A takeover: the policy whose container ended moments ago (the crash the old leader never
+    handled) is woken before its first run; one whose containers started long ago waits its turn.
+    Either way its pods are recorded, so the same status seen again by the watch wakes nothing."""
+    started = 1_795_000_000.0  # 2026-11-18T11:06:40Z
+    ended = {"terminated": {"finishedAt": "2026-11-18T11:06:40Z"}}
+    running = {"running": {"startedAt": "2026-11-18T11:06:40Z"}}
+
+    async def scenario(now: float, state: dict[str, Any]) -> tuple[bool, bool, bool]:
+        wakeup = Wakeup()
+        recent = wakeup.note_pods_at_start([consumer_pod(), consumer_pod(state=state)], now=now)
+        return recent, wakeup.event.is_set(), wakeup.note_pod("orders-0", consumer_pod(state=state))
+
+    assert asyncio.run(scenario(started + 3.0, ended)) == (True, True, False)
+    assert asyncio.run(scenario(started + RECENT_EXIT_S, running)) == (True, True, False)
+    assert asyncio.run(scenario(started + RECENT_EXIT_S + 1.0, running)) == (False, False, False)
+    assert asyncio.run(scenario(started + 3.0, {"waiting": {"reason": "ContainerCreating"}})) == (
+        False,
+        False,
+        False,
+    )
