@@ -350,18 +350,19 @@ class _Outbox:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._report = _Reported()
-        self._forwarded: dict[tuple[str, str, str], float] = {}
-        """(namespace, policy, Lease name) -> the moment of the last grant forwarded."""
+        self._forwarded: dict[tuple[str, str], dict[str, float]] = {}
+        """(namespace, policy) -> Lease name -> the moment of the last grant forwarded."""
         self._progress_sent: dict[tuple[str, str], tuple[str, float]] = {}
         """(namespace, Lease name) -> (holder, heard at) of the last progress forwarded."""
 
     def heard(self, key: tuple[str, str], identity: MemberId, now: float, *, forward_after_s: float) -> None:
-        entry = (key[0], key[1], str(identity))
+        lease = str(identity)
         with self._lock:
-            if now - self._forwarded.get(entry, -math.inf) < forward_after_s:
+            forwarded = self._forwarded.setdefault(key, {})
+            if now - forwarded.get(lease, -math.inf) < forward_after_s:
                 return
-            self._forwarded[entry] = now
-            self._report.heard[entry] = now
+            forwarded[lease] = now
+            self._report.heard[(key[0], key[1], lease)] = now
 
     def answered(self, label: str, count: int = 1) -> None:
         with self._lock:
@@ -379,9 +380,8 @@ class _Outbox:
     def forget(self, namespace: str, policy: str) -> None:
         """The policy was detached: its replicas' next grants and progress go out at once."""
         with self._lock:
-            for entry in [e for e in self._forwarded if e[0] == namespace and e[1] == policy]:
-                del self._forwarded[entry]
-                self._progress_sent.pop((namespace, entry[2]), None)
+            for lease in self._forwarded.pop((namespace, policy), {}):
+                self._progress_sent.pop((namespace, lease), None)
 
     def take(self) -> _Reported:
         with self._lock:

@@ -124,14 +124,12 @@ class Wakeup:
         """Record the policy's pods as its loop starts; wake the loop (its first run goes to the
         urgent lane) when a consumer container of one of them started or ended within
         `RECENT_EXIT_S` before `now` (epoch seconds)."""
-        pods = list(pods)
+        recent = False
         for pod in pods:
             meta = pod.get("metadata") or {}
-            self.containers[str(meta.get("name"))] = (
-                str(meta.get("uid")),
-                container_boundary(pod, CONSUMER_CONTAINER),
-            )
-        recent = exited_recently(pods, now=now)
+            boundary = container_boundary(pod, CONSUMER_CONTAINER)
+            self.containers[str(meta.get("name"))] = (str(meta.get("uid")), boundary)
+            recent = recent or _recent(boundary, now)
         if recent:
             self.event.set()
         return recent
@@ -157,8 +155,8 @@ class Wakeup:
 def exited_recently(pods: Iterable[Mapping[str, Any]], *, now: float) -> bool:
     """A consumer container of one of `pods` started or ended within `RECENT_EXIT_S` before `now`
     (epoch seconds), by the pod's status."""
-    for pod in pods:
-        boundary = container_boundary(pod, CONSUMER_CONTAINER)
-        if boundary is not None and now - boundary <= RECENT_EXIT_S:
-            return True
-    return False
+    return any(_recent(container_boundary(pod, CONSUMER_CONTAINER), now) for pod in pods)
+
+
+def _recent(boundary: float | None, now: float) -> bool:
+    return boundary is not None and now - boundary <= RECENT_EXIT_S

@@ -161,7 +161,7 @@ def encode_answer(answer: HeartbeatAnswer) -> bytes:
         return granted % (_VERSION, answer.seq, repr(valid).encode())
     body: dict[str, Any] = {"v": _VERSION, "seq": answer.seq, "status": answer.status.value}
     if answer.status is HeartbeatStatus.GRANTED:
-        body["valid"] = round(answer.valid, 3)
+        body["valid"] = valid
     if answer.leader:
         body["leader"] = answer.leader
     if answer.reason:
