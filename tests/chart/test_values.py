@@ -106,6 +106,9 @@ def test_a_misspelled_value_fails_naming_it(chart: Chart, values: dict[str, Any]
         pytest.param({"replicas": -1}, "/replicas", id="replicas-minimum"),
         pytest.param({"operator": {"tickSeconds": 0.1}}, "/operator/tickSeconds", id="tick-minimum"),
         pytest.param(
+            {"operator": {"statusFiguresSeconds": -1}}, "/operator/statusFiguresSeconds", id="figures-min"
+        ),
+        pytest.param(
             {"operator": {"leaseDurationSeconds": 0}}, "/operator/leaseDurationSeconds", id="lease-min"
         ),
         pytest.param(

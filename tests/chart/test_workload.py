@@ -187,5 +187,15 @@ def test_a_heartbeat_interval_reaches_the_operator_only_when_set(chart: Chart) -
     assert not [a for a in args({}) if a.startswith("--heartbeat-interval")]
     assert "--heartbeat-interval=2.5" in args({"heartbeats": {"intervalSeconds": 2.5}})
     assert not [
-        a for a in args({"heartbeats": {"enabled": False, "intervalSeconds": 2.5}}) if "interval" in a
+        a
+        for a in args({"heartbeats": {"enabled": False, "intervalSeconds": 2.5}})
+        if a.startswith("--heartbeat-interval")
     ]
+
+
+def test_the_status_figures_interval_reaches_the_operator(chart: Chart) -> None:
+    def args(values: dict[str, Any]) -> list[str]:
+        return list(pod_of(chart.render(values))["containers"][0]["args"])
+
+    assert "--status-figures-interval=30" in args({})
+    assert "--status-figures-interval=120" in args({"operator": {"statusFiguresSeconds": 120}})

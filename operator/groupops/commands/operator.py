@@ -53,6 +53,16 @@ def operator_command(
             min=0.0,
         ),
     ] = 300.0,
+    status_figures_interval: Annotated[
+        float,
+        typer.Option(
+            help="Longest the lag figures in a policy's status (totalLag, maxMemberLag, imbalance, time "
+            "lag) go unwritten while only they move: a busy group's move at every read "
+            "(docs/design.md §8.3). Conditions, epoch and partitions are written at once; the metrics "
+            "are always current. 0 writes every change.",
+            min=0.0,
+        ),
+    ] = 30.0,
     lease_duration: Annotated[
         int, typer.Option(help="Seconds a consumer Lease lives without renewal.", min=1, max=3600)
     ] = DEFAULT_LEASE_DURATION_S,
@@ -218,7 +228,10 @@ def operator_command(
         guard=guard,
         watch=WatchSettings(namespaces=tuple(namespace or ())),
         reconcile=ReconcileSettings(
-            tick_seconds=tick, resync_seconds=resync, lease_duration_seconds=lease_duration
+            tick_seconds=tick,
+            resync_seconds=resync,
+            status_figures_seconds=status_figures_interval,
+            lease_duration_seconds=lease_duration,
         ),
         consumer=_consumer_settings(consumer_image, consumer_addresses, heartbeat_interval, lease_duration),
         network=NetworkSettings(host=host, health_port=health_port, metrics_port=metrics_port),

@@ -99,6 +99,11 @@ class PolicyMemory:
     settled: Settled | None = None
     """What the last full run saw when it ended settled (`settled`); None: the tick runs in full.
     Set and cleared by the policy's runs, read by its settled checks (`handlers.SettledSweep`)."""
+    status_written_at: float | None = None
+    """When a run last wrote the policy's status (monotonic); None: not since this process leads."""
+    figures_due: float | None = None
+    """When lag figures a run held back are written at the latest (monotonic; report.py); None:
+    status shows the newest figures."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -117,6 +117,14 @@ class Metrics:
             labels,
             registry=self.registry,
         )
+        self.status_figures_held = Counter(
+            "groupops_status_figures_held",
+            "Runs whose only status change was lag figures, held back because status was written "
+            "less than --status-figures-interval ago (docs/design.md §8.3); the figures' metrics "
+            "(groupops_total_lag and the others) are always current.",
+            labels,
+            registry=self.registry,
+        )
         self.handoff_seconds = Histogram(
             "groupops_handoff_duration_seconds",
             "From a partition leaving its owner's set to its release settling (acknowledged or fenced).",
@@ -327,6 +335,7 @@ class Metrics:
             self.moves,
             self.reconcile_seconds,
             self.reconciles_skipped,
+            self.status_figures_held,
             self.handoff_seconds,
         ):
             with contextlib.suppress(KeyError):

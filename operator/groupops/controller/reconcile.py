@@ -446,6 +446,10 @@ def _settled_after(
         run.log.debug("not settled: %s", unsettled)
         return None
     client_config, has_plan = lag_read
+    now = time.monotonic()
+    until = now + min(resync, quiet_s)
+    if run.memory.figures_due is not None:  # held-back figures go out on time though nothing moves
+        until = min(until, run.memory.figures_due)
     return Settled(
         inputs=inputs,
         lag=comparable(snapshot),
@@ -454,7 +458,7 @@ def _settled_after(
         previous=plan,
         has_plan=has_plan,
         leases=leases,
-        until=time.monotonic() + min(resync, quiet_s),
+        until=until,
     )
 
 

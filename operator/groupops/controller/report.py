@@ -8,6 +8,7 @@ Time lag and stuck partitions (their fields, metrics and Events) come from `lags
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 from typing import Any, NoReturn
@@ -21,7 +22,7 @@ from groupops.controller.lagstate import lag_report
 from groupops.controller.names import API_GROUP, API_VERSION, KIND, pod_name
 from groupops.controller.native import BrokerAgreement
 from groupops.controller.spec import PolicySpec
-from groupops.controller.status import Condition, merge_conditions, status_patch
+from groupops.controller.status import Condition, figures_only, merge_conditions, status_patch
 from groupops.kubeapi import KubeError
 from groupops.lag import LagSnapshot
 from groupops.model import TopicPartition
@@ -179,7 +180,27 @@ def write_status(
         run.deps.clusters.note_figures(
             (run.policy.namespace, run.policy.name), group_id=spec.group_id, status=desired
         )
-    return patch_status(run, desired)
+    return _write_paced(run, desired)
+
+
+def _write_paced(run: RunContext, desired: Mapping[str, Any]) -> bool:
+    """Write `desired`, unless it moves lag figures only and status was written less than
+    `status_figures_seconds` ago: those wait for the next write, at the latest that long after
+    the last (`memory.figures_due`, which a settled run's check honours). docs/design.md §8.3,
+    "a figures-only status change waits"."""
+    memory = run.memory
+    now = time.monotonic()
+    every = run.deps.settings.reconcile.status_figures_seconds
+    last = memory.status_written_at
+    if last is not None and now - last < every and figures_only(run.status, desired):
+        memory.figures_due = last + every
+        run.deps.metrics.status_figures_held.labels(run.policy.namespace, run.policy.name).inc()
+        return False
+    written = patch_status(run, desired)
+    if written:
+        memory.status_written_at = now
+    memory.figures_due = None
+    return written
 
 
 _PROGRESS_FIELDS = {

@@ -68,6 +68,14 @@ class ReconcileSettings:
     run saw them, is skipped (`settled`, docs/design.md §8.3); every `resync_seconds`, and when
     damping could decide otherwise on the same figures, it runs in full all the same. 0 never
     skips. The resync is a safety net, not a trigger: every input is compared at each tick.
+    status_figures_seconds: how stale the lag figures in a policy's status may get (totalLag,
+    maxMemberLag, imbalance, timeLagSeconds, each member's lag and time lag): a run whose only
+    status change is those figures does not write status if it was written less than this long
+    ago, and the figures go out with the next write, at the latest this long after the last. A
+    busy group's figures move at every read; written at each tick, 1,000 busy policies would be
+    200 status writes a second (docs/design.md §8.3). Conditions, the epoch, members' partitions
+    and a lag reaching or leaving 0 are written at once; the metrics are always current. 0 writes
+    every change.
     startup_grace_seconds: how long a replica whose consumer has not started yet keeps the
     partitions the plan already gives it while other replicas run (the pods of a new policy
     start seconds apart); after that its partitions go to replicas that run.
@@ -80,6 +88,7 @@ class ReconcileSettings:
     lag_timeout_seconds: float = 10.0
     startup_grace_seconds: float = 30.0
     resync_seconds: float = 300.0
+    status_figures_seconds: float = 30.0
     workers: int = 16
     urgent_workers: int = 4
 

@@ -24,8 +24,11 @@ from typing import Any
 
 __all__ = [
     "CONDITION_TYPES",
+    "FIGURE_KEYS",
+    "MEMBER_FIGURE_KEYS",
     "OWNED_STATUS_KEYS",
     "Condition",
+    "figures_only",
     "merge_conditions",
     "status_patch",
 ]
@@ -55,6 +58,13 @@ OWNED_STATUS_KEYS = (
 )
 """The status fields this operator writes; anything else under status (kopf's own progress
 records) is left alone."""
+
+FIGURE_KEYS = ("totalLag", "maxMemberLag", "imbalance", "timeLagSeconds")
+"""The status fields that follow the lag from read to read: a busy group's change at every run
+(docs/design.md §8.3, "a figures-only status change waits")."""
+
+MEMBER_FIGURE_KEYS = ("lag", "timeLagSeconds")
+"""The same figures, per member (`status.members[]`)."""
 
 _MESSAGE_MAX = 1000
 
@@ -118,3 +128,51 @@ def status_patch(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) 
         elif want != have:
             patch[key] = want
     return patch or None
+
+
+def figures_only(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> bool:
+    """The patch from `current` to `desired` moves lag figures only: every other owned field is
+    equal (conditions, epoch, each member's partitions and state), the members are the same in the
+    same order, and every figure that differs is a number on both sides that does not cross zero
+    (a figure appearing, disappearing, or a lag reaching or leaving 0 is news and counts as a
+    change). False when nothing differs at all (there is no patch to hold back)."""
+    current = current or {}
+    if status_patch(current, desired) is None:
+        return False
+    if status_patch(_without_figures(current), _without_figures(desired)) is not None:
+        return False
+    pairs: list[tuple[Mapping[str, Any], Mapping[str, Any], tuple[str, ...]]] = [
+        (current, desired, FIGURE_KEYS)
+    ]
+    pairs += [
+        (have, want, MEMBER_FIGURE_KEYS)
+        for have, want in zip(current.get("members") or [], desired.get("members") or [], strict=True)
+    ]
+    return all(_moved_quietly(have.get(key), want.get(key)) for have, want, keys in pairs for key in keys)
+
+
+def _without_figures(status: Mapping[str, Any]) -> dict[str, Any]:
+    bare = {key: value for key, value in status.items() if key not in FIGURE_KEYS}
+    members = status.get("members")
+    if isinstance(members, list):
+        bare["members"] = [
+            {key: value for key, value in member.items() if key not in MEMBER_FIGURE_KEYS}
+            if isinstance(member, Mapping)
+            else member
+            for member in members
+        ]
+    return bare
+
+
+def _moved_quietly(have: Any, want: Any) -> bool:
+    """Both numbers, and neither or both 0: a move between 0 and anything else is news of its own
+    (caught up, or not)."""
+    if have == want:
+        return True
+    if not _is_number(have) or not _is_number(want):
+        return False
+    return bool((have == 0) == (want == 0))
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

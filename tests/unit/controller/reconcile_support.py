@@ -26,11 +26,12 @@ def reconcile_with_readers(
     metrics: Metrics | None = None,
     wall_clock: Callable[[], datetime] = lambda: datetime(2025, 1, 1, tzinfo=UTC),
     heartbeats: HeartbeatGuard | None = None,
+    settings: Settings | None = None,
 ) -> Any:
     """`readers` plays `KafkaClusterReaders` (only what the test's lag step calls)."""
     deps = Deps(
         client=kube,  # type: ignore[arg-type]
-        settings=Settings(),
+        settings=settings or Settings(),
         metrics=metrics or Metrics(),
         events=EventSink(kube),  # type: ignore[arg-type]
         wall_clock=wall_clock,

@@ -1,8 +1,13 @@
-"""Status is written only when it changed; conditions keep their transition time while steady."""
+"""Status is written only when it changed; conditions keep their transition time while steady; a
+change of lag figures alone is told apart from any other (report.py holds those back)."""
 
 from __future__ import annotations
 
-from groupops.controller.status import Condition, merge_conditions, status_patch
+from typing import Any
+
+import pytest
+
+from groupops.controller.status import Condition, figures_only, merge_conditions, status_patch
 
 READY = Condition("Ready", True, "Reconciled", "ok")
 
@@ -48,3 +53,62 @@ def test_patch_holds_only_what_changed_and_removes_what_went() -> None:
 
 def test_fields_of_others_are_never_touched() -> None:
     assert status_patch({"kopf": {"progress": {}}}, {"epoch": 1}) == {"epoch": 1}
+
+
+STEADY: dict[str, Any] = {
+    "epoch": 3,
+    "conditions": [{"type": "Ready", "status": "True"}],
+    "totalLag": 2100,
+    "maxMemberLag": 1100.0,
+    "imbalance": 1.048,
+    "timeLagSeconds": 4.2,
+    "members": [
+        {"instanceId": "g-0", "partitions": ["t-0", "t-5"], "lag": 700, "timeLagSeconds": 3.0},
+        {"instanceId": "g-1", "partitions": ["t-1", "t-4"], "lag": 700},
+    ],
+}
+
+
+def moved(**changes: Any) -> dict[str, Any]:
+    return {**STEADY, **changes}
+
+
+def members_with(index: int, **changes: Any) -> list[dict[str, Any]]:
+    members = [dict(m) for m in STEADY["members"]]
+    members[index].update(changes)
+    return members
+
+
+@pytest.mark.parametrize(
+    "desired",
+    [
+        pytest.param(
+            moved(totalLag=2160, maxMemberLag=1130.0, imbalance=1.05, timeLagSeconds=5.0), id="figures"
+        ),
+        pytest.param(moved(members=members_with(0, lag=730, timeLagSeconds=3.5)), id="member-figures"),
+    ],
+)
+def test_lag_figures_that_move_are_figures_only(desired: dict[str, Any]) -> None:
+    assert figures_only(STEADY, desired)
+
+
+@pytest.mark.parametrize(
+    "desired",
+    [
+        pytest.param(STEADY, id="nothing-differs"),
+        pytest.param(moved(totalLag=2160, epoch=4), id="epoch"),
+        pytest.param(moved(conditions=[{"type": "Ready", "status": "False"}]), id="condition"),
+        pytest.param(moved(members=members_with(0, partitions=["t-0"])), id="partitions"),
+        pytest.param(moved(members=STEADY["members"][:1]), id="a-member-left"),
+        pytest.param(moved(totalLag=0), id="caught-up"),
+        pytest.param(moved(members=members_with(1, lag=0)), id="member-caught-up"),
+        pytest.param(moved(timeLagSeconds=None), id="time-lag-unknown"),
+        pytest.param(moved(members=members_with(1, timeLagSeconds=2.0)), id="member-time-lag-appears"),
+    ],
+)
+def test_anything_else_is_not_figures_only(desired: dict[str, Any]) -> None:
+    assert not figures_only(STEADY, desired)
+
+
+def test_a_lag_leaving_zero_is_not_figures_only() -> None:
+    assert not figures_only(moved(totalLag=0), STEADY)

@@ -7,6 +7,7 @@ reported, not replanned."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, cast
 
 import pytest
@@ -15,6 +16,7 @@ from groupops.controller.lagstate import kept_away
 from groupops.controller.metrics import Metrics
 from groupops.controller.reconcile import PolicyMemory
 from groupops.controller.render_plan import read_plan_configmap
+from groupops.controller.settings import ReconcileSettings, Settings
 from groupops.controller.spec import SpecError, parse_policy
 from groupops.lag import LagSnapshot, PartitionOffsets
 from groupops.lag.registry import SourceContext
@@ -87,6 +89,11 @@ class Partitions:
         return LagSnapshot(group_id=group_id, taken_at=self.t, lags=lags, offsets=offsets)
 
 
+EVERY_FIGURE_WRITTEN = replace(Settings(), reconcile=ReconcileSettings(status_figures_seconds=0))
+"""This world's clock is not the monotonic one that paces figures-only status writes
+(test_status_figures_paced.py): every run here writes its figures."""
+
+
 class World:
     def __init__(self, spec: dict[str, Any]) -> None:
         self.kube, self.clock, self.memory, self.metrics = FakeKube(), Clock(), PolicyMemory(), Metrics()
@@ -95,7 +102,12 @@ class World:
 
     def run(self) -> Any:
         result = reconcile_with_readers(
-            self.kube, self.partitions, self.memory, metrics=self.metrics, wall_clock=self.clock
+            self.kube,
+            self.partitions,
+            self.memory,
+            metrics=self.metrics,
+            wall_clock=self.clock,
+            settings=EVERY_FIGURE_WRITTEN,
         )
         self.clock.advance(1)
         return result
