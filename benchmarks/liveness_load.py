@@ -3,13 +3,15 @@ consumer replica, on the real API server (kube-apiserver + etcd of `groupops.dev
 
     env -u KUBECONFIG .venv/bin/python benchmarks/liveness_load.py [--counts 100 1000]
         [--modes renewal heartbeat heartbeat-kubelet] [--steady 60] [--crashes 10] [--takeovers 0]
-        [--json FILE]
+        [--lag-source static|kafka] [--busy-topics T] [--produce-rate 2000]
+        [--operator-arg=--FLAG=VALUE ...] [--json FILE]
 
 Per (N, mode), N outer: a fresh API server (with $KUBECONFIG set: a fresh namespace on that one
 instead), one `groupops operator` (its defaults: tick 5 s, Lease duration 4 s, leader election
 on; in heartbeat mode `--heartbeat-port P --heartbeat-address 127.0.0.1:P`), N policies as
 operator_scale.py makes them (3 replicas, 12 partitions, `lagSource: static`: no broker, no
-kubelet, pods stay Pending), and a load generator in its own process (this file with `--play`,
+kubelet, pods stay Pending; a static lag never changes, so every policy settles and its tick
+stops after its settled check), and a load generator in its own process (this file with `--play`,
 so its CPU is its own and is measured apart) that plays the consumer side of all 3N replicas the
 way consumer/lease.py and consumer/runtime.py do, without Kafka:
 
@@ -32,6 +34,19 @@ way consumer/lease.py and consumer/runtime.py do, without Kafka:
   pod's status (`lastState.terminated`, one status PATCH) after a delay uniform in 0-1 s (a
   kubelet's relist period), so the operator may void the holder at once (planner/exits.py).
 
+With `--lag-source kafka`, a busy fleet instead: every policy's lag moves between two of its
+reads, so every tick of every policy finds a change, runs in full and writes the policy's status.
+Per (N, mode), a Kafka broker of its own (`groupops.devstack.kafka.KafkaCluster`, on 127.0.0.1,
+under the work directory); T = `--busy-topics` (default max(1, N // 10)) topics `busy-<k>` of 12
+partitions, which the policies share (policy i reads `busy-<i mod T>`: N topics of their own would
+ask one broker for 12 N partitions); every policy's group committed at offset 0 on each of its
+topic's partitions before the policies exist, so its lag is defined from the first read; a
+producer in its own process (this file with `--produce`, its CPU measured apart) writing
+`--produce-rate` small messages a second in all, round-robin over every partition, from before
+the policies are created to the end; the policies read `lagSource: {type: kafka}` on that broker.
+Nothing consumes (the pods stay Pending), so every group's lag grows by rate / (12 T) messages a
+second on each partition.
+
 Writes go through a pool of `--write-threads` threads (48; one keep-alive HTTPS connection
 each), so at most that many requests of the fleet are in flight, where 3N real replicas would
 each have their own: under saturation the real fleet would pile more onto the API server.
@@ -43,8 +58,15 @@ Measured, per (N, mode):
 2. steady state, a window of `--steady` seconds: API requests/s besides WATCH by verb and
    resource (the API server's apiserver_request_total, every client), Lease PUTs/s and that as
    % of replicas per second (target <= 1 %), CPU % of one core (utime+stime of /proc/<pid>/stat)
-   of the operator, kube-apiserver, etcd and the load generator, and of the whole machine (/proc/stat;
-   what none of ours used is another job's), heartbeats answered/s by answer (the operator's
+   of the operator, kube-apiserver, etcd and the load generator (with kafka: the broker's JVM and
+   the producer too), and of the whole machine (/proc/stat; what none of ours used is another
+   job's), status PATCHes/s of the policies (`consumergrouppolicies/status`), full reconciles/s
+   and settled checks that skipped the rest of the run/s (the operator's
+   groupops_reconcile_duration_seconds_count, groupops_reconciles_skipped_total), status writes
+   the operator held back because only lag figures moved (groupops_status_figures_held_total: a
+   busy policy's status is written once per its --status-figures-interval, not at every tick;
+   `--operator-arg=--status-figures-interval=0` writes every change), messages produced/s
+   (kafka), heartbeats answered/s by answer (the operator's
    groupops_operator_heartbeats_total), heartbeats the kernel dropped at either socket (full
    receive buffer, /proc/net/udp), and the generator's own counts (writes done, conflicts,
    failures, fences, replicas whose validity lapsed, PUT latency, and how late it acted itself:
@@ -100,6 +122,10 @@ from pathlib import Path
 from typing import IO, Any
 
 import yaml
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, Message, Producer
+from confluent_kafka import TopicPartition as KafkaPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
@@ -117,6 +143,7 @@ from tests.e2e.operator_support import (  # noqa: E402
 from groupops.consumer.settings import LeaseSettings  # noqa: E402
 from groupops.controller.names import pod_name  # noqa: E402
 from groupops.controller.render_pods import CONSUMER_CONTAINER  # noqa: E402
+from groupops.devstack.kafka import KafkaCluster  # noqa: E402
 from groupops.devstack.kube import KubeApiServer  # noqa: E402
 from groupops.model import MemberId, TopicPartition  # noqa: E402
 from groupops.planner.exits import incarnation_for  # noqa: E402
@@ -1021,16 +1048,115 @@ def play(config: PlayConfig) -> int:
     return 0
 
 
+# -- the producer of `--lag-source kafka` (its own process) --------------------------------------
+
+LAG_SOURCES = ("static", "kafka")
+BUSY_VALUE = b"busy"
+"""Every message's value: the size of the messages does not matter to a lag read, their count does."""
+PRODUCE_BATCHES_PER_S = 100
+"""The producer sends its messages in this many batches a second: each partition's offsets move
+evenly, so every lag read finds them moved, whatever the tick's phase."""
+
+
+def busy_topic(number: int) -> str:
+    return f"busy-{number:04d}"
+
+
+@dataclass(frozen=True, slots=True)
+class LagSetup:
+    """Where the policies read their lag. `static`: operator_scale's fixed lags, each policy its
+    own topic and no broker (every policy settles). `kafka`: policy i reads topic
+    `busy-<i mod topics>` on `bootstrap`, where the producer moves its offsets all the time."""
+
+    source: str = "static"
+    bootstrap: str = "127.0.0.1:9092"
+    """static: never dialled (a static lag reads nothing), only validated."""
+    topics: int = 0
+
+    def topic(self, index: int) -> str:
+        return f"topic-{index:04d}" if self.source == "static" else busy_topic(index % self.topics)
+
+    def manifest(self, index: int) -> dict[str, Any]:
+        if self.source == "static":
+            return policy_manifest(index, self.bootstrap)
+        return policy_manifest(index, self.bootstrap, topic=self.topic(index), lag_source={"type": "kafka"})
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceConfig:
+    bootstrap: str
+    topics: list[str]
+    partitions: int
+    rate: float
+    """Messages a second over all partitions."""
+
+
+def produce(config: ProduceConfig) -> int:
+    """The producer's main: `config.rate` messages a second, round-robin over every partition of
+    every topic, until told to stop; requests on stdin as `play` takes them (stats, stop)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    producer = Producer({"bootstrap.servers": config.bootstrap, "linger.ms": 5, "logger": log})
+    producer.list_topics(timeout=30)  # connected before it says it is ready
+    counts: Counter[str] = Counter()
+    lock = threading.Lock()
+    stopping = threading.Event()
+
+    def delivered(error: KafkaError | None, _: Message) -> None:
+        with lock:
+            counts["delivered" if error is None else "failed"] += 1
+
+    def run() -> None:
+        targets = itertools.cycle([(t, p) for t in config.topics for p in range(config.partitions)])
+        started, sent = time.monotonic(), 0
+        while not stopping.wait(1 / PRODUCE_BATCHES_PER_S):
+            due = int((time.monotonic() - started) * config.rate)
+            batch = 0
+            while sent + batch < due:
+                topic, partition = next(targets)
+                try:
+                    producer.produce(topic, BUSY_VALUE, partition=partition, on_delivery=delivered)
+                except BufferError:  # librdkafka's queue is full: the broker does not keep up
+                    with lock:
+                        counts["queue_full"] += 1
+                    break
+                batch += 1
+            sent += batch
+            with lock:
+                counts["produced"] += batch
+            producer.poll(0)  # the delivery callbacks
+
+    thread = threading.Thread(target=run, name="produce", daemon=True)
+    thread.start()
+    print(json.dumps({"ready": True, "pid": os.getpid()}), flush=True)
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request["op"] == "stop":
+            break
+        if request["op"] == "stats":
+            with lock:
+                reply: dict[str, Any] = {"now": time.time(), "counts": dict(counts)}
+        else:
+            reply = {"error": f"unknown op {request['op']!r}"}
+        print(json.dumps(reply), flush=True)
+    stopping.set()
+    thread.join(timeout=5)
+    unsent = producer.flush(15)
+    with lock:
+        print(json.dumps({"stopped": True, "counts": dict(counts), "unsent": unsent}), flush=True)
+    return 0
+
+
 # -- the driver ----------------------------------------------------------------------------------
 
 
-class Generator:
-    """The load generator as a subprocess: `call` sends one request and waits for its answer."""
+class Child:
+    """This file as a subprocess of its own (`--play`, `--produce`), so that its CPU is its own:
+    `call` sends one request and waits for its answer."""
 
-    def __init__(self, config: PlayConfig, log_path: Path) -> None:
+    def __init__(self, option: str, config: PlayConfig | ProduceConfig, log_path: Path) -> None:
         self._log = log_path.open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--play", json.dumps(asdict(config))],
+            [sys.executable, str(Path(__file__).resolve()), option, json.dumps(asdict(config))],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,
@@ -1057,7 +1183,9 @@ class Generator:
         assert stdout is not None
         line = stdout.readline()
         if not line:
-            raise RuntimeError(f"the load generator exited (code {self.process.poll()}): see {self.log_path}")
+            raise RuntimeError(
+                f"{self.log_path.stem} exited (code {self.process.poll()}): see {self.log_path}"
+            )
         answer: dict[str, Any] = json.loads(line)
         return answer
 
@@ -1070,6 +1198,105 @@ class Generator:
             self.process.kill()
             self.process.wait(timeout=10)
         self._log.close()
+
+
+class Generator(Child):
+    """The load generator (`play`)."""
+
+    def __init__(self, config: PlayConfig, log_path: Path) -> None:
+        super().__init__("--play", config, log_path)
+
+
+class BusyProducer(Child):
+    """The producer of `--lag-source kafka` (`produce`)."""
+
+    def __init__(self, config: ProduceConfig, log_path: Path) -> None:
+        super().__init__("--produce", config, log_path)
+
+
+@dataclass
+class BusyKafka:
+    """What `--lag-source kafka` runs beside the fleet."""
+
+    cluster: KafkaCluster
+    producer: BusyProducer
+    lags: LagSetup
+
+    @property
+    def pids(self) -> dict[str, int]:
+        (broker,) = self.cluster.processes()
+        return {"broker": broker.pid, "producer": self.producer.pid}
+
+
+@contextmanager
+def busy_kafka(workdir: Path, count: int, *, topics: int, rate: float) -> Iterator[BusyKafka]:
+    """A broker under `workdir`, its `topics` busy topics, every one of the `count` policies'
+    groups committed on its topic, and the producer writing `rate` messages a second; all
+    stopped on the way out."""
+    cluster = KafkaCluster(workdir)
+    cluster.start()  # stops what it started when it fails
+    try:
+        print(f"  Kafka at {cluster.bootstrap} in {cluster.start_seconds:.1f} s", flush=True)
+        lags = LagSetup("kafka", cluster.bootstrap, topics)
+        prepare_groups(lags, count)
+        config = ProduceConfig(
+            bootstrap=cluster.bootstrap,
+            topics=[busy_topic(n) for n in range(topics)],
+            partitions=PARTITIONS,
+            rate=rate,
+        )
+        producer = BusyProducer(config, workdir / "producer.log")
+        try:
+            yield BusyKafka(cluster, producer, lags)
+        finally:
+            producer.stop()
+    finally:
+        cluster.stop()
+
+
+def prepare_groups(lags: LagSetup, count: int) -> None:
+    """Create the busy topics, then commit offset 0 on every partition of its topic for each
+    policy's group: the topics are new, so 0 is their log start, and the group's lag is what
+    was produced (without a commit the lag would follow the reset rule instead)."""
+    admin = AdminClient({"bootstrap.servers": lags.bootstrap})
+    topics = [busy_topic(n) for n in range(lags.topics)]
+    created = admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in topics], request_timeout=60)
+    for future in created.values():
+        future.result(timeout=90)
+    # The controller answers before the broker has loaded the new partitions' metadata: an
+    # offset commit on a partition it does not know yet fails with UNKNOWN_TOPIC_OR_PART.
+    wait_for_partitions(admin, topics, timeout=60)
+    specs = [lags.manifest(index)["spec"] for index in range(count)]
+    for start in range(0, count, 100):  # one group a request (the client's limit), 100 at once
+        futures = [
+            future
+            for spec in specs[start : start + 100]
+            for future in admin.alter_consumer_group_offsets(
+                [
+                    ConsumerGroupTopicPartitions(
+                        spec["groupId"], [KafkaPartition(spec["topics"][0], p, 0) for p in range(PARTITIONS)]
+                    )
+                ],
+                request_timeout=60,
+            ).values()
+        ]
+        for future in futures:
+            future.result(timeout=90)
+    print(f"  {len(topics)} topics of {PARTITIONS} partitions, {count} groups committed at 0", flush=True)
+
+
+def wait_for_partitions(admin: AdminClient, topics: list[str], *, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            metadata = admin.list_topics(timeout=10).topics
+        except KafkaException:
+            metadata = {}
+        if all(t in metadata and len(metadata[t].partitions) == PARTITIONS for t in topics):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the broker did not list the {len(topics)} busy topics within {timeout} s")
+        time.sleep(0.5)
 
 
 class PlanObserver(PlanWatch):
@@ -1157,6 +1384,10 @@ def samples(text: str, metric: str) -> Iterator[tuple[dict[str, str], float]]:
             yield dict(_LABEL.findall(match.group(2))), float(match.group(3))
 
 
+STATUS_PATCH = "PATCH consumergrouppolicies/status"
+"""The operator's status writes of the policies, as `api_requests` keys them."""
+
+
 def api_requests(kubectl: Kubectl) -> dict[str, float] | None:
     """apiserver_request_total summed by "VERB resource[/subresource]" (three tries: a saturated
     API server may time a scrape out; None when all three failed)."""
@@ -1200,10 +1431,19 @@ def udp_drops(port: int | None) -> int | None:
     return None
 
 
+OPERATOR_RUN_COUNTERS = {
+    "reconciles": "groupops_reconcile_duration_seconds_count",
+    "skipped": "groupops_reconciles_skipped_total",
+    "figures_held": "groupops_status_figures_held_total",
+}
+"""What `operator_counters` sums over every policy, besides the heartbeat answers. figures_held:
+full runs whose only status change was lag figures, not written because status was written less
+than the operator's --status-figures-interval ago (absent from operators without it: 0)."""
+
+
 def operator_counters(metrics_port: int) -> dict[str, float]:
-    """From the operator's metrics: groupops_operator_heartbeats_total by answer, and the
-    reconciles done ("reconciles": the count of groupops_reconcile_duration_seconds, all
-    policies) and the ticks settled policies skipped ("skipped")."""
+    """From the operator's metrics: groupops_operator_heartbeats_total by answer, and
+    OPERATOR_RUN_COUNTERS, each summed over every policy."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=30) as response:
             text = response.read().decode()
@@ -1213,8 +1453,8 @@ def operator_counters(metrics_port: int) -> dict[str, float]:
     sums: dict[str, float] = {}
     for labels, value in samples(text, "groupops_operator_heartbeats_total"):
         sums[labels.get("answer", "?")] = sums.get(labels.get("answer", "?"), 0.0) + value
-    sums["reconciles"] = sum(value for _, value in samples(text, "groupops_reconcile_duration_seconds_count"))
-    sums["skipped"] = sum(value for _, value in samples(text, "groupops_reconciles_skipped_total"))
+    for key, metric in OPERATOR_RUN_COUNTERS.items():
+        sums[key] = sum(value for _, value in samples(text, metric))
     return sums
 
 
@@ -1254,6 +1494,9 @@ class Point:
     observer: PlanObserver
     pids: dict[str, int]
     heartbeat_port: int | None
+    lags: LagSetup
+    producer: BusyProducer | None = None
+    """With `--lag-source kafka`."""
     figures: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -1317,11 +1560,13 @@ class Point:
         counters_before = operator_counters(self.metrics_port)
         cpu_before, cpu_at = self.cpu(), time.monotonic()
         generator_before = self.generator.call("stats")
+        produced_before = None if self.producer is None else self.producer.call("stats")
         ports = {"operator": self.heartbeat_port, "generator": generator_before["udp_port"]}
         drops_before = {name: udp_drops(port) for name, port in ports.items()}
         time.sleep(seconds)
         drops_after = {name: udp_drops(port) for name, port in ports.items()}
         generator_after = self.generator.call("stats", since=generator_before["now"])
+        produced_after = None if self.producer is None else self.producer.call("stats")
         cpu_after, cpu_elapsed = self.cpu(), time.monotonic() - cpu_at
         counters_after = operator_counters(self.metrics_port)
         requests_after, requests_elapsed = api_requests(self.kubectl), time.monotonic() - requests_at
@@ -1345,12 +1590,20 @@ class Point:
             name: round(100 * (cpu_after[name] - cpu_before[name]) / cpu_elapsed, 1) for name in cpu_after
         }
         counted = rates(counters_after, counters_before, requests_elapsed)
+        produced: dict[str, float] | None = None
+        if produced_before is not None and produced_after is not None:
+            produced = rates(
+                produced_after["counts"],
+                produced_before["counts"],
+                produced_after["now"] - produced_before["now"],
+            )
         self.figures["steady"] = {
             "window_s": round(requests_elapsed, 1),
             "api_requests_per_s_besides_watch": None if api is None else round(sum(api.values()), 1),
             "api_requests_per_s": api,
             "lease_puts_per_s": lease_puts,
             "lease_puts_percent": None if lease_puts is None else round(100 * lease_puts / self.replicas, 2),
+            "status_patches_per_s": None if api is None else api.get(STATUS_PATCH, 0.0),
             "replica_lease_writes_per_s": replica_writes,
             "replica_lease_writes_percent": round(100 * replica_writes / self.replicas, 2),
             "generator_window_s": round(generator_elapsed, 1),
@@ -1362,11 +1615,10 @@ class Point:
                     1,
                 )
             },
-            "heartbeat_answers_per_s": {
-                k: v for k, v in counted.items() if k not in {"reconciles", "skipped"}
-            },
+            "heartbeat_answers_per_s": {k: v for k, v in counted.items() if k not in OPERATOR_RUN_COUNTERS},
             "reconciles_per_s": counted.get("reconciles", 0.0),
             "skipped_ticks_per_s": counted.get("skipped", 0.0),
+            "status_figures_held_per_s": counted.get("figures_held", 0.0),
             "operator_main_cpu_ms_per_reconcile": per_reconcile_ms(cpu_percent, counted.get("reconciles", 0)),
             "operator_main_cpu_ms_per_tick": per_reconcile_ms(
                 cpu_percent, counted.get("reconciles", 0) + counted.get("skipped", 0)
@@ -1377,6 +1629,7 @@ class Point:
                 if ports[name] is not None
             },
             "generator_per_s": generated,
+            "producer_per_s": produced,
             "generator_in_window": {
                 k: v - generator_before["counts"].get(k, 0)
                 for k, v in generator_after["counts"].items()
@@ -1602,7 +1855,8 @@ class Point:
                 epoch = newest[1]
                 wanted = {
                     identity_name(groups[policy], ordinal): frozenset(
-                        TopicPartition(f"topic-{index:04d}", p) for p in range(ordinal, PARTITIONS, REPLICAS)
+                        TopicPartition(self.lags.topic(index), p)
+                        for p in range(ordinal, PARTITIONS, REPLICAS)
                     )
                     for ordinal in range(REPLICAS)
                 }
@@ -1681,8 +1935,26 @@ def point(mode: str, count: int, args: argparse.Namespace, workdir: Path) -> dic
         install_crd(kubectl)
         namespace = f"live-{mode[:5]}-{count}-{int(time.time()) % 100000}"
         create_namespace(kubectl, namespace)
+        print(f"== {count} policies, {mode} mode, namespace {namespace}; {machine_load()}", flush=True)
+        lags, busy = LagSetup(), None
+        if args.lag_source == "kafka":
+            busy = exits.enter_context(
+                busy_kafka(
+                    workdir / f"kafka-{count}-{mode}",
+                    count,
+                    topics=args.busy_topics or max(1, count // 10),
+                    rate=args.produce_rate,
+                )
+            )
+            lags = busy.lags
         metrics_port = free_port()
-        extra = ["--metrics-port", str(metrics_port), "--lease-duration", str(args.lease_duration)]
+        extra = [
+            "--metrics-port",
+            str(metrics_port),
+            "--lease-duration",
+            str(args.lease_duration),
+            *args.operator_arg,
+        ]
         heartbeat_address, heartbeat_port, standby = None, None, None
         if mode.startswith("heartbeat"):
             # With --takeovers a standby answers on a port of its own; both operators render the
@@ -1716,7 +1988,6 @@ def point(mode: str, count: int, args: argparse.Namespace, workdir: Path) -> dic
         )
         if os.environ.get("KUBECONFIG"):
             exits.callback(release_namespace, cluster.kubeconfig, kubectl, namespace, count)
-        print(f"== {count} policies, {mode} mode, namespace {namespace}; {machine_load()}", flush=True)
         operator.start()
         exits.callback(operator.stop)
         operator.wait_started()
@@ -1746,14 +2017,27 @@ def point(mode: str, count: int, args: argparse.Namespace, workdir: Path) -> dic
             metrics_port=metrics_port,
             generator=generator,
             observer=observer,
-            pids={**cluster.pids, "operator": operator.process.pid, "generator": generator.pid},
+            pids={
+                **cluster.pids,
+                "operator": operator.process.pid,
+                "generator": generator.pid,
+                **(busy.pids if busy is not None else {}),
+            },
             heartbeat_port=heartbeat_port,
+            lags=lags,
+            producer=None if busy is None else busy.producer,
         )
+        run.figures["lag_source"] = {
+            "type": lags.source,
+            "topics": lags.topics if busy is not None else count,
+            "partitions_per_topic": PARTITIONS,
+            "produce_rate_per_s": args.produce_rate if busy is not None else None,
+        }
         run.figures["uptime_start"] = machine_load()
         started = time.monotonic()
 
         def create(api: KubeApi, index: int) -> None:
-            api.create("ConsumerGroupPolicy", namespace, policy_manifest(index, "127.0.0.1:9092"))
+            api.create("ConsumerGroupPolicy", namespace, lags.manifest(index))
 
         in_parallel(cluster.kubeconfig, list(range(count)), create)
         run.figures["create_s"] = round(time.monotonic() - started, 1)
@@ -1821,7 +2105,21 @@ def markdown_table(figures: dict[str, dict[str, Any]]) -> str:
         late = f", {missed} not moved" if missed else ""
         return f"{s['median']:.2f} / {s['p95']:.2f} / {s['max']:.2f} s (n={s['n']}{late})"
 
+    def lag_source(f: dict[str, Any]) -> str:
+        source = f["lag_source"]
+        if source["type"] == "static":
+            return "static"
+        return (
+            f"kafka: {source['topics']} topics x {source['partitions_per_topic']} partitions, "
+            f"{source['produce_rate_per_s']:g} msg/s"
+        )
+
+    def produced(f: dict[str, Any]) -> str:
+        per_s = f["steady"]["producer_per_s"]
+        return "n/a" if per_s is None else f"{per_s.get('delivered', 0.0)} / {per_s.get('failed', 0.0)}"
+
     rows: list[tuple[str, Callable[[dict[str, Any]], Any]]] = [
+        ("lag source", lag_source),
         ("setup: every Lease taken, newest plan acknowledged", setup),
         (
             "API requests/s besides WATCH (all clients)",
@@ -1861,6 +2159,12 @@ def markdown_table(figures: dict[str, dict[str, Any]]) -> str:
         ("replicas whose validity lapsed in the window", in_window("validity_lapses")),
         ("reconciles/s (the tick asks policies / 5 s)", lambda f: f["steady"]["reconciles_per_s"]),
         ("ticks skipped/s (settled policies)", lambda f: f["steady"].get("skipped_ticks_per_s", "n/a")),
+        ("policy status PATCHes/s", lambda f: f["steady"]["status_patches_per_s"]),
+        (
+            "status writes held/s (lag figures only, written < --status-figures-interval ago)",
+            lambda f: f["steady"]["status_figures_held_per_s"],
+        ),
+        ("messages produced/s: delivered / failed", produced),
         (
             "operator main process CPU per reconcile",
             lambda f: f"{f['steady']['operator_main_cpu_ms_per_reconcile']} ms",
@@ -1874,6 +2178,8 @@ def markdown_table(figures: dict[str, dict[str, Any]]) -> str:
         ("CPU kube-apiserver", cpu("kube-apiserver")),
         ("CPU etcd", cpu("etcd")),
         ("CPU load generator", cpu("generator")),
+        ("CPU Kafka broker", cpu("broker")),
+        ("CPU producer", cpu("producer")),
         (
             "CPU of the whole machine (of 200 %) / of other processes",
             lambda f: f"{cpu('machine')(f)} / {cpu('others')(f)}",
@@ -1931,12 +2237,41 @@ def main() -> int:
         help="seconds from a granted heartbeat to the next (the operator's --heartbeat-interval); "
         "default --interval",
     )
+    parser.add_argument(
+        "--lag-source",
+        choices=LAG_SOURCES,
+        default="static",
+        help="static: fixed lags, every policy settles; kafka: a broker whose offsets a producer "
+        "moves all the time, every tick runs in full",
+    )
+    parser.add_argument(
+        "--busy-topics",
+        type=int,
+        help="kafka: topics the policies share (default max(1, N // 10)), 12 partitions each",
+    )
+    parser.add_argument(
+        "--produce-rate", type=float, default=2000.0, help="kafka: messages a second over all partitions"
+    )
+    parser.add_argument(
+        "--operator-arg",
+        action="append",
+        default=[],
+        help="one more argument for the operator(s), repeatable; a flag needs the = form: "
+        "--operator-arg=--status-figures-interval=0",
+    )
     parser.add_argument("--json", type=Path, help="write the figures here too")
     parser.add_argument("--play", help=argparse.SUPPRESS)
+    parser.add_argument("--produce", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.busy_topics is not None and args.busy_topics < 1:
+        parser.error("--busy-topics must be at least 1")
+    if args.produce_rate <= 0:
+        parser.error("--produce-rate must be above 0")
     TIMING.configure(args.interval, args.lease_duration, args.heartbeat_interval)
     if args.play:
         return play(PlayConfig(**json.loads(args.play)))
+    if args.produce:
+        return produce(ProduceConfig(**json.loads(args.produce)))
     workdir = Path(tempfile.mkdtemp(prefix="groupops-liveness-load-"))
     print(f"work directory {workdir}; {machine_load()}", flush=True)
     figures: dict[str, dict[str, Any]] = {}
@@ -1947,7 +2282,8 @@ def main() -> int:
                 if (args.interval, args.lease_duration) == (1.0, 4)
                 else f" {args.interval}s/{args.lease_duration}s"
             )
-            figures[f"{mode} {count}{timing}"] = point(mode, count, args, workdir)
+            operator_args = "".join(f" {arg}" for arg in args.operator_arg)
+            figures[f"{mode} {count}{timing}{operator_args}"] = point(mode, count, args, workdir)
             if args.json:
                 args.json.write_text(json.dumps(figures, indent=2))
     print(json.dumps(figures, indent=2))

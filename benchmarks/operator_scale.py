@@ -315,9 +315,16 @@ def operator_reconciles(metrics_port: int) -> float:
 # -- the workload --------------------------------------------------------------------------------
 
 
-def policy_manifest(index: int, bootstrap: str) -> dict[str, Any]:
-    topic = f"topic-{index:04d}"
+def policy_manifest(
+    index: int, bootstrap: str, *, topic: str | None = None, lag_source: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Policy `index`: its own topic `topic-<index>` and a static lag unless `topic` and
+    `lag_source` (the `spec.lagSource` object) say otherwise."""
+    topic = topic or f"topic-{index:04d}"
     strategy = STRATEGIES[index % len(STRATEGIES)]
+    if lag_source is None:
+        lags = [(index * 7 + p * 131) % 1000 for p in range(PARTITIONS)]
+        lag_source = {"type": "static", "static": {"lags": {topic: lags}}}
     return {
         "apiVersion": "groupops.dev/v1alpha1",
         "kind": "ConsumerGroupPolicy",
@@ -327,10 +334,7 @@ def policy_manifest(index: int, bootstrap: str) -> dict[str, Any]:
             "groupId": f"group-{index:04d}",
             "topics": [topic],
             "strategy": {"type": strategy},
-            "lagSource": {
-                "type": "static",
-                "static": {"lags": {topic: [(index * 7 + p * 131) % 1000 for p in range(PARTITIONS)]}},
-            },
+            "lagSource": lag_source,
             "consumers": {"replicas": REPLICAS},
         },
     }
