@@ -90,6 +90,9 @@ class PolicyMemory:
     standstill and the replica, until the standstill ends (`lagstate.hand_off_stalled`)."""
     poke: Callable[[], None] = lambda: None
     """Wake the policy's loop from any thread (set by its daemon)."""
+    lag_landed: Callable[[], None] = lambda: None
+    """Ask the policy's loop, from any thread, for a routine run at once: a lag read landed after
+    its run stopped waiting (set by its daemon; `Wakeup.note_lag_landed`)."""
     pipeline_plan_refused: str | None = None
     """The id of the pipeline plan a Warning Event last refused (one Event per plan)."""
     damping: DampingMemory = field(default_factory=DampingMemory)

@@ -198,10 +198,15 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
         memory = entry.memory
         loop = asyncio.get_running_loop()
 
-        def poke() -> None:  # from another thread, e.g. a lag read that landed late
+        def poke() -> None:  # from another thread
             loop.call_soon_threadsafe(memory.wakeup.poke)
 
+        def lag_landed() -> None:  # from the lag pool: a read landed after its run stopped waiting
+            loop.call_soon_threadsafe(memory.wakeup.note_lag_landed)
+
         memory.poke = poke
+        memory.lag_landed = lag_landed
+        landed = memory.wakeup.lag_landed
 
         def run() -> float | None:
             # The body as it is when the run starts, in whichever lane: a routine run promoted
@@ -226,7 +231,9 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
                         clock=memory.clock,
                         judged_until=judged_until,
                     )
-                    woken = await memory.wakeup.wait_until(wake_at, interrupts=(stopping, changed))
+                    lag_news = asyncio.ensure_future(landed.wait())
+                    woken = await memory.wakeup.wait_until(wake_at, interrupts=(stopping, changed, lag_news))
+                    lag_news.cancel()
                     paced = sweep.unpark(entry.key)
                     if paced is not None:  # a loop that parks again keeps its policy's pace
                         next_tick = paced
@@ -234,7 +241,7 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
                     found = changed.done() and not changed.cancelled()
                     if found:
                         pretaken = changed.result().lag
-                    due = found or now >= settled.until
+                    due = found or now >= settled.until or landed.is_set()
                 else:
                     wake_at = next_wake(
                         now=time.monotonic(),
@@ -242,14 +249,17 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
                         clock=memory.clock,
                         judged_until=judged_until,
                     )
-                    woken = await memory.wakeup.wait_until(wake_at, interrupts=(stopping,))
+                    lag_news = asyncio.ensure_future(landed.wait())
+                    woken = await memory.wakeup.wait_until(wake_at, interrupts=(stopping, lag_news))
+                    lag_news.cancel()
                     now = time.monotonic()
-                    due = now >= next_tick
+                    due = now >= next_tick or landed.is_set()
                 if entry.stopped.is_set():
                     break
                 urgent = woken or expiry_due(now=now, clock=memory.clock, judged_until=judged_until)
                 if not (urgent or due):
                     continue  # the Lease we woke for was renewed meanwhile
+                landed.clear()  # the run about to start reads lag afresh
                 # A run something woke (a Lease changed or expired, the spec changed) skips the
                 # queue of the tick's routine runs, and so does a routine run still queued when
                 # such a thing comes: failover must not wait for the tick (§8.3).

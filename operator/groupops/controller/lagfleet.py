@@ -139,17 +139,26 @@ def connection_key(settings: KafkaLagSettings) -> tuple[ConnectionKey, frozenset
 class _Round(Generic[_K]):
     opened_at: float
     answers_by: float
-    futures: dict[_K, Future[Any]] = field(default_factory=dict)
+    keys: dict[_K, None] = field(default_factory=dict)
+    """The keys asked, in the order first asked (a dict as an ordered set)."""
+    sent: threading.Event = field(default_factory=threading.Event)
+    answers: Mapping[_K, Future[Any]] = field(default_factory=dict)
+    """The call's future per key, once `sent` is set."""
 
 
 class Rounds(Generic[_K]):
     """Questions asked within `window_s` of each other, sent as one call.
 
-    `ask(keys, timeout_s)` joins the open round (or opens one) and returns a future per key; the
-    same key asked twice in a round shares one future. The thread that opened a round waits out
-    the window, closes the round and sends it with `send(keys, timeout_s)`, whose timeout is the
-    latest of the askers' deadlines; the call's per-key answers complete the askers' futures.
-    An exception from `send` itself fails every future of the round.
+    `ask(keys, timeout_s)` joins the open round (or opens one) and returns, once the round is
+    sent, the call's own future for each of its keys; the same key asked twice in a round shares
+    one future. The thread that opened a round waits out the window, closes the round and sends
+    it with `send(keys, timeout_s)`, whose timeout is the latest of the askers' deadlines; the
+    others wait for that (at most the window: the call only sends). An exception from `send`
+    itself fails every question of the round.
+
+    Why no future of our own per key: a round of a busy fleet asks thousands of partitions, and
+    a `Future` (a condition and a lock each) per key, plus a callback copying each answer, were
+    a tenth of the operator's main process on a busy fleet (docs/design.md §8.4).
     """
 
     def __init__(
@@ -177,36 +186,41 @@ class Rounds(Generic[_K]):
             else:
                 opener = False
             opened.answers_by = max(opened.answers_by, now + timeout_s)
-            asked = {key: opened.futures.setdefault(key, Future()) for key in keys}
+            opened.keys.update(dict.fromkeys(keys))
         if opener:
-            self._sleep(max(0.0, opened.opened_at + self._window_s - self._clock()))
-            with self._lock:
-                self._open = None
-            self._dispatch(opened)
-        return asked
+            try:
+                self._sleep(max(0.0, opened.opened_at + self._window_s - self._clock()))
+            finally:
+                with self._lock:
+                    self._open = None
+                self._dispatch(opened)
+        else:
+            opened.sent.wait()
+        answers = opened.answers
+        return {
+            key: answers[key] if key in answers else _failed(LagError("the round's call was never made"))
+            for key in keys
+        }
 
     def _dispatch(self, closed: _Round[_K]) -> None:
-        timeout_s = max(_MIN_REQUEST_TIMEOUT_S, closed.answers_by - self._clock())
         try:
-            answers = self._send(list(closed.futures), timeout_s)
-        except Exception as e:  # KafkaException (bad request), or the client was closed
-            for future in closed.futures.values():
-                future.set_exception(e)
-            return
-        for key, ours in closed.futures.items():
-            theirs = answers.get(key)
-            if theirs is None:
-                ours.set_exception(LagError(f"Kafka's answer left out {key!r}"))
-            else:
-                theirs.add_done_callback(partial(_copy_outcome, ours))
+            timeout_s = max(_MIN_REQUEST_TIMEOUT_S, closed.answers_by - self._clock())
+            try:
+                answers = dict(self._send(list(closed.keys), timeout_s))
+            except Exception as e:  # KafkaException (bad request), or the client was closed
+                answers = {key: _failed(e) for key in closed.keys}
+            for key in closed.keys:
+                if key not in answers:
+                    answers[key] = _failed(LagError(f"Kafka's answer left out {key!r}"))
+            closed.answers = answers
+        finally:
+            closed.sent.set()
 
 
-def _copy_outcome(ours: Future[Any], theirs: Future[Any]) -> None:
-    error = theirs.exception()
-    if error is None:
-        ours.set_result(theirs.result())
-    else:
-        ours.set_exception(error)
+def _failed(error: BaseException) -> Future[Any]:
+    future: Future[Any] = Future()
+    future.set_exception(error)
+    return future
 
 
 class ClusterLagReader:

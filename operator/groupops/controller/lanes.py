@@ -2,7 +2,8 @@
 
 A routine run (the tick came) waits in the routine lane's queue behind the tick's other runs. If
 something the policy must answer at once comes while it still waits there (a wake-up: a Lease
-changed, the spec changed, a late lag read; or a held Lease runs out by the policy's clock), the
+changed, the spec changed; or a held Lease runs out by the policy's clock; a late lag read is not
+one, `Wakeup.note_lag_landed`), the
 queued run is taken out of the queue and run in the urgent lane instead (docs/design.md §8.3). A
 run that already started is left to finish; a wake-up it may have missed is re-armed, and an
 expiry after its start is judged by the policy's loop from the start moment it returns.

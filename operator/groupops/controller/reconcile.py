@@ -705,7 +705,7 @@ def _start_lag_read(
     future = run.memory.lag.start(
         read,
         pool=run.deps.lag_pool,
-        on_late_result=run.memory.poke,
+        on_late_result=run.memory.lag_landed,
         auto_offset_reset=spec.strategy.auto_offset_reset,
     )
     return context, future

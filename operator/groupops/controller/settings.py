@@ -52,8 +52,8 @@ class ReconcileSettings:
     the design).
     workers: reconciles running at once (threads; each mostly waits on the API server).
     urgent_workers: more threads, only for the runs something woke (a Lease changed or expired, the
-    spec changed, a late lag read landed): failover and handoff steps do not queue behind the
-    tick's routine runs when the operator is saturated (docs/design.md §8.3).
+    spec changed; not a late lag read, which is routine news): failover and handoff steps do not
+    queue behind the tick's routine runs when the operator is saturated (docs/design.md §8.3).
     retry_backoff_seconds / retry_backoff_max_seconds: the first delay after a transient failure
     (lag source down, API conflict) and its cap; the delay doubles per attempt.
     lease_duration_seconds: how long a consumer's Lease lives without renewal before the operator

@@ -63,8 +63,10 @@ FIGURE_KEYS = ("totalLag", "maxMemberLag", "imbalance", "timeLagSeconds")
 """The status fields that follow the lag from read to read: a busy group's change at every run
 (docs/design.md §8.3, "a figures-only status change waits")."""
 
-MEMBER_FIGURE_KEYS = ("lag", "timeLagSeconds")
-"""The same figures, per member (`status.members[]`)."""
+MEMBER_FIGURE_KEYS = ("lag", "timeLagSeconds", "progress")
+"""The same figures, per member (`status.members[]`), and the ages of a lagging member's progress
+(`progress`: seconds since its last poll, advance and commit, and when they were heard), which
+grow at every heartbeat while it is shown."""
 
 _MESSAGE_MAX = 1000
 
@@ -135,7 +137,8 @@ def figures_only(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) 
     equal (conditions, epoch, each member's partitions and state), the members are the same in the
     same order, and every figure that differs is a number on both sides that does not cross zero
     (a figure appearing, disappearing, or a lag reaching or leaving 0 is news and counts as a
-    change). False when nothing differs at all (there is no patch to hold back)."""
+    change), or a member's progress whose fields stayed the same. False when nothing differs at
+    all (there is no patch to hold back)."""
     current = current or {}
     if status_patch(current, desired) is None:
         return False
@@ -166,9 +169,11 @@ def _without_figures(status: Mapping[str, Any]) -> dict[str, Any]:
 
 def _moved_quietly(have: Any, want: Any) -> bool:
     """Both numbers, and neither or both 0: a move between 0 and anything else is news of its own
-    (caught up, or not)."""
+    (caught up, or not). Or both a member's progress with the same fields: its ages moved."""
     if have == want:
         return True
+    if isinstance(have, Mapping) and isinstance(want, Mapping):
+        return have.keys() == want.keys()
     if not _is_number(have) or not _is_number(want):
         return False
     return bool((have == 0) == (want == 0))

@@ -13,6 +13,11 @@ Each policy has one loop (a kopf daemon in `handlers`) that reconciles every tic
   granted heartbeat), not up to a tick later. A heartbeat moves that moment without waking the
   loop: when the loop wakes at the old moment it finds nothing due and sleeps again.
 
+A lag read that lands after its run stopped waiting for it (a slow source) is not a wake-up: it
+asks for a run in the tick's routine lane at once (`note_lag_landed`), and never promotes a queued
+routine run to the urgent lane. Under a slow source every policy's read lands late, and as
+wake-ups they filled the urgent lane that failover needs.
+
 - its loop starts (a takeover, the operator's start) while one of its consumer containers started
   or ended within the last `RECENT_EXIT_S`: a crash the previous leader never handled may be
   among them, and the loop's first run must not queue behind the routine first runs of every
@@ -89,6 +94,7 @@ class Wakeup:
     containers: dict[str, tuple[str, float | None]] = field(default_factory=dict)
     """Pod name -> (UID, the consumer container's latest start or end) as last seen."""
     _event: asyncio.Event | None = None
+    _lag_landed: asyncio.Event | None = None
 
     @property
     def event(self) -> asyncio.Event:
@@ -136,6 +142,18 @@ class Wakeup:
 
     def poke(self) -> None:
         self.event.set()
+
+    @property
+    def lag_landed(self) -> asyncio.Event:
+        """Set when a lag read landed after its run stopped waiting for it: news for a routine
+        run, not a wake-up (docs/design.md §8.3, "a late lag read is routine news"). Only the
+        loop clears it, as it takes the run."""
+        if self._lag_landed is None:
+            self._lag_landed = asyncio.Event()
+        return self._lag_landed
+
+    def note_lag_landed(self) -> None:
+        self.lag_landed.set()
 
     async def wait_until(self, moment: float, *, interrupts: Iterable[asyncio.Future[Any]] = ()) -> bool:
         """Sleep until the monotonic `moment` (inf: no limit), a wake-up, or one of `interrupts`

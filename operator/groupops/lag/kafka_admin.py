@@ -116,6 +116,10 @@ class ClusterRequests(Protocol):
     ) -> Mapping[OffsetQuery, concurrent.futures.Future[Any]]: ...
 
 
+_CALLBACKS_EVERY_S = 0.05
+"""While it waits for an answer, a read serves the client's callbacks this often."""
+
+
 class Deadline:
     """The time budget of one read, and where it reads from (`what`, for messages)."""
 
@@ -200,7 +204,10 @@ class KafkaAdmin:
         only guards a future that is never completed."""
         end = time.monotonic() + deadline.remaining_or_zero() + 1.0
         while not future.done():
-            self._client().poll(0.05)
+            # librdkafka's background thread completes the future; poll only serves callbacks,
+            # and waiting in poll would add up to its timeout to every answer
+            concurrent.futures.wait((future,), timeout=_CALLBACKS_EVERY_S)
+            self._client().poll(0)
             refused = self._login_refused
             if refused is not None and refused[0] >= deadline.started:
                 raise LagAuthorizationError(f"Kafka at {deadline.what} refused the login: {refused[1].str()}")

@@ -371,6 +371,10 @@ def lease_record_annotations(record: LeaseRecord, identity: str) -> dict[str, st
     return annotations
 
 
+_LEASE_STATES = {state.value: state for state in LeaseState}
+"""Iterating an Enum is slow, and every run reads every replica's Lease."""
+
+
 def lease_record(annotations: Mapping[str, str] | None) -> LeaseRecord:
     """Read a Lease's annotations. Unknown or malformed numbers read as absent (a Lease someone
     edited by hand must not crash the operator); malformed partitions raise PlanFormatError."""
@@ -380,7 +384,7 @@ def lease_record(annotations: Mapping[str, str] | None) -> LeaseRecord:
         () if raw_partitions is None else decode_partitions(raw_partitions, key=LEASE_PARTITIONS_ANNOTATION)
     )
     raw_state = notes.get(LEASE_STATE_ANNOTATION)
-    state = LeaseState(raw_state) if raw_state in {s.value for s in LeaseState} else None
+    state = _LEASE_STATES.get(raw_state) if raw_state is not None else None
     return LeaseRecord(
         acked_epoch=_count_or_none(notes.get(LEASE_EPOCH_ANNOTATION)),
         partitions=partitions,

@@ -188,3 +188,21 @@ def test_a_promoted_run_sees_what_changed_before_the_wake_up(lanes: Lanes) -> No
     finally:
         release.set()
     assert ran is not None and ran.promoted and ran.result == "new"
+
+
+def test_a_late_lag_read_leaves_a_queued_run_in_the_routine_lane(lanes: Lanes) -> None:
+    """A lag read that lands after its run stopped waiting is routine news: under a slow source
+    every policy's read is late, and promoting each one would fill the lane failover needs."""
+    release = hold(lanes)
+    wakeup = Wakeup()
+
+    async def scenario(stopping: asyncio.Future[Any]) -> Ran[str] | None:
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.05, wakeup.note_lag_landed)
+        loop.call_later(0.3, release.set)  # the routine lane frees up well after the read landed
+        return await lanes.run_routine(thread_name, wakeup=wakeup, clock=LeaseClock(), stopping=stopping)
+
+    ran = run_scenario(scenario)
+    assert ran is not None
+    assert ran.result.startswith("routine") and not ran.promoted
+    assert wakeup.lag_landed.is_set(), "the loop takes the news for its next routine run"

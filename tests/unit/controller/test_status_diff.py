@@ -64,7 +64,12 @@ STEADY: dict[str, Any] = {
     "timeLagSeconds": 4.2,
     "members": [
         {"instanceId": "g-0", "partitions": ["t-0", "t-5"], "lag": 700, "timeLagSeconds": 3.0},
-        {"instanceId": "g-1", "partitions": ["t-1", "t-4"], "lag": 700},
+        {
+            "instanceId": "g-1",
+            "partitions": ["t-1", "t-4"],
+            "lag": 700,
+            "progress": {"sinceProgressSeconds": 12, "heardAt": "t1"},
+        },
     ],
 }
 
@@ -86,6 +91,10 @@ def members_with(index: int, **changes: Any) -> list[dict[str, Any]]:
             moved(totalLag=2160, maxMemberLag=1130.0, imbalance=1.05, timeLagSeconds=5.0), id="figures"
         ),
         pytest.param(moved(members=members_with(0, lag=730, timeLagSeconds=3.5)), id="member-figures"),
+        pytest.param(
+            moved(members=members_with(1, progress={"sinceProgressSeconds": 14, "heardAt": "t2"})),
+            id="progress-ages",
+        ),
     ],
 )
 def test_lag_figures_that_move_are_figures_only(desired: dict[str, Any]) -> None:
@@ -104,6 +113,13 @@ def test_lag_figures_that_move_are_figures_only(desired: dict[str, Any]) -> None
         pytest.param(moved(members=members_with(1, lag=0)), id="member-caught-up"),
         pytest.param(moved(timeLagSeconds=None), id="time-lag-unknown"),
         pytest.param(moved(members=members_with(1, timeLagSeconds=2.0)), id="member-time-lag-appears"),
+        pytest.param(
+            moved(members=members_with(1, progress={"sinceProgressSeconds": 12, "heardAt": "t1", "x": 1})),
+            id="progress-field-appears",
+        ),
+        pytest.param(
+            moved(members=members_with(0, progress={"sinceProgressSeconds": 11})), id="shown-behind"
+        ),
     ],
 )
 def test_anything_else_is_not_figures_only(desired: dict[str, Any]) -> None:
