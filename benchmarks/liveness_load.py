@@ -1021,28 +1021,36 @@ def _milliseconds(seconds: list[float]) -> dict[str, float]:
     return {k: round(v * 1000, 1) for k, v in spread(seconds).items() if k != "n"} | {"n": len(seconds)}
 
 
+def serve_requests(answer: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    """A child's side of `Child.call`: say it is ready, then answer each JSON line on stdin with
+    one on stdout until `stop` (or stdin closes)."""
+    print(json.dumps({"ready": True, "pid": os.getpid()}), flush=True)
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request["op"] == "stop":
+            return
+        print(json.dumps(answer(request)), flush=True)
+
+
 def play(config: PlayConfig) -> int:
     """The generator's main: requests on stdin, one JSON line each, answers on stdout."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     TIMING.configure(config.interval_s, config.lease_duration_s, config.heartbeat_interval_s)
     fleet = Fleet(config)
     fleet.start()
-    print(json.dumps({"ready": True, "pid": os.getpid()}), flush=True)
-    for line in sys.stdin:
-        request = json.loads(line)
-        if request["op"] == "stop":
-            break
+
+    def answer(request: dict[str, Any]) -> dict[str, Any]:
         if request["op"] == "stats":
             granted_after = request.get("granted_after")
-            reply = fleet.stats(
+            return fleet.stats(
                 float(request.get("since", 0.0)),
                 None if granted_after is None else float(granted_after),
             )
-        elif request["op"] == "crash":
-            reply = fleet.crash(request["policy"], int(request["ordinal"]))
-        else:
-            reply = {"error": f"unknown op {request['op']!r}"}
-        print(json.dumps(reply), flush=True)
+        if request["op"] == "crash":
+            return fleet.crash(request["policy"], int(request["ordinal"]))
+        return {"error": f"unknown op {request['op']!r}"}
+
+    serve_requests(answer)
     fleet.stop()
     print(json.dumps({"stopped": True}), flush=True)
     return 0
@@ -1127,17 +1135,14 @@ def produce(config: ProduceConfig) -> int:
 
     thread = threading.Thread(target=run, name="produce", daemon=True)
     thread.start()
-    print(json.dumps({"ready": True, "pid": os.getpid()}), flush=True)
-    for line in sys.stdin:
-        request = json.loads(line)
-        if request["op"] == "stop":
-            break
+
+    def answer(request: dict[str, Any]) -> dict[str, Any]:
         if request["op"] == "stats":
             with lock:
-                reply: dict[str, Any] = {"now": time.time(), "counts": dict(counts)}
-        else:
-            reply = {"error": f"unknown op {request['op']!r}"}
-        print(json.dumps(reply), flush=True)
+                return {"now": time.time(), "counts": dict(counts)}
+        return {"error": f"unknown op {request['op']!r}"}
+
+    serve_requests(answer)
     stopping.set()
     thread.join(timeout=5)
     unsent = producer.flush(15)

@@ -221,6 +221,7 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
             while not entry.stopped.is_set():
                 pretaken: TakenLag | None = None
                 settled = memory.settled
+                lag_news = asyncio.ensure_future(landed.wait())  # asks for a routine run, not urgent
                 if settled is not None:
                     # Parked: the sweep checks it at its ticks; the loop wakes for a change the
                     # sweep found, a wake-up, an expiry, or the resync (§8.3).
@@ -231,9 +232,7 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
                         clock=memory.clock,
                         judged_until=judged_until,
                     )
-                    lag_news = asyncio.ensure_future(landed.wait())
                     woken = await memory.wakeup.wait_until(wake_at, interrupts=(stopping, changed, lag_news))
-                    lag_news.cancel()
                     paced = sweep.unpark(entry.key)
                     if paced is not None:  # a loop that parks again keeps its policy's pace
                         next_tick = paced
@@ -249,11 +248,10 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
                         clock=memory.clock,
                         judged_until=judged_until,
                     )
-                    lag_news = asyncio.ensure_future(landed.wait())
                     woken = await memory.wakeup.wait_until(wake_at, interrupts=(stopping, lag_news))
-                    lag_news.cancel()
                     now = time.monotonic()
                     due = now >= next_tick or landed.is_set()
+                lag_news.cancel()
                 if entry.stopped.is_set():
                     break
                 urgent = woken or expiry_due(now=now, clock=memory.clock, judged_until=judged_until)

@@ -189,6 +189,10 @@ def _write_paced(run: RunContext, desired: Mapping[str, Any]) -> bool:
     the last (`memory.figures_due`, which a settled run's check honours). docs/design.md §8.3,
     "a figures-only status change waits"."""
     memory = run.memory
+    patch = status_patch(run.status, desired)
+    if patch is None:
+        memory.figures_due = None
+        return False
     now = time.monotonic()
     every = run.deps.settings.reconcile.status_figures_seconds
     last = memory.status_written_at
@@ -196,11 +200,10 @@ def _write_paced(run: RunContext, desired: Mapping[str, Any]) -> bool:
         memory.figures_due = last + every
         run.deps.metrics.status_figures_held.labels(run.policy.namespace, run.policy.name).inc()
         return False
-    written = patch_status(run, desired)
-    if written:
-        memory.status_written_at = now
+    _send_status(run, patch)
+    memory.status_written_at = now
     memory.figures_due = None
-    return written
+    return True
 
 
 _PROGRESS_FIELDS = {
@@ -336,6 +339,11 @@ def patch_status(run: RunContext, desired: Mapping[str, Any]) -> bool:
     patch = status_patch(run.status, desired)
     if patch is None:
         return False
+    _send_status(run, patch)
+    return True
+
+
+def _send_status(run: RunContext, patch: Mapping[str, Any]) -> None:
     try:
         run.deps.client.patch(
             f"{API_GROUP}/{API_VERSION}",
@@ -347,7 +355,6 @@ def patch_status(run: RunContext, desired: Mapping[str, Any]) -> bool:
         )
     except KubeError as e:
         raise ReconcileFailure("StatusWriteFailed", str(e), transient=True) from e
-    return True
 
 
 def awaiting_approval_message(proposal: Mapping[str, Any] | None, note: str | None) -> str:

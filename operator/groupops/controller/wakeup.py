@@ -13,15 +13,15 @@ Each policy has one loop (a kopf daemon in `handlers`) that reconciles every tic
   granted heartbeat), not up to a tick later. A heartbeat moves that moment without waking the
   loop: when the loop wakes at the old moment it finds nothing due and sleeps again.
 
-A lag read that lands after its run stopped waiting for it (a slow source) is not a wake-up: it
-asks for a run in the tick's routine lane at once (`note_lag_landed`), and never promotes a queued
-routine run to the urgent lane. Under a slow source every policy's read lands late, and as
-wake-ups they filled the urgent lane that failover needs.
-
 - its loop starts (a takeover, the operator's start) while one of its consumer containers started
   or ended within the last `RECENT_EXIT_S`: a crash the previous leader never handled may be
   among them, and the loop's first run must not queue behind the routine first runs of every
   other policy (`note_pods_at_start`).
+
+A lag read that lands after its run stopped waiting for it (a slow source) is not a wake-up: it
+asks for a run in the tick's routine lane at once (`note_lag_landed`), and never promotes a queued
+routine run to the urgent lane. Under a slow source every policy's read lands late, and as
+wake-ups they filled the urgent lane that failover needs.
 
 The watch that feeds this runs in kopf's event loop; `Wakeup` is only touched from that loop.
 """
