@@ -1,10 +1,12 @@
 """A settled policy costs the API server nothing: its daemon reconciles every tick (--tick 1),
 and the operator's request counter shows no GET or LIST of the objects a policy owns (nor of its
 auth Secret) between two scrapes 10 s apart; those kinds are only watched. The only other
-requests are the leader election's renewals of its own Lease."""
+requests are the leader election's renewals of its own Lease. And what it skips is never drift:
+a replica's Role widened by hand and its RoleBinding deleted come back as rendered."""
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.request
 from typing import Any
@@ -12,6 +14,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from groupops.controller.names import consumer_account_name
 from tests.e2e.operator_support import Kubectl, OperatorProcess, settled
 from tests.e2e.waiting import wait_for
 
@@ -123,3 +126,28 @@ def test_a_settled_policy_makes_no_get_or_list_while_its_daemon_ticks(
         if name == "groupops_operator_cache_fallbacks_total" and value != first.get((name, labels), 0.0)
     }
     assert not fallbacks, f"reads that went to the API: {fallbacks}"
+
+
+def test_account_objects_changed_by_hand_on_a_settled_policy_are_restored(
+    kubectl: Kubectl, namespace: str, module_operator: OperatorProcess
+) -> None:
+    """The runs of a settled policy skip the account apply while its account objects are as the
+    last apply left them (design §8.3); a hand edit or delete is a change, and is undone."""
+    kubectl.apply(auth_secret(), namespace)
+    kubectl.apply(manifest(), namespace)
+    wait_for("the policy to settle", settled(kubectl, namespace, POLICY), timeout=90)
+    name = consumer_account_name(POLICY, 0)
+    rendered = kubectl.get_json("role", name, namespace)["rules"]
+    assert any(rule.get("resourceNames") for rule in rendered), rendered
+    # Widen replica 0's Role to every Lease of the namespace, and unbind it.
+    widened = [{"op": "remove", "path": f"/rules/{i}/resourceNames"} for i in range(len(rendered))]
+    kubectl.run("patch", "role", name, "-n", namespace, "--type=json", "-p", json.dumps(widened))
+    assert not any(rule.get("resourceNames") for rule in kubectl.get_json("role", name, namespace)["rules"])
+    kubectl.run("delete", "rolebinding", name, "-n", namespace)
+
+    def restored() -> bool:
+        role = kubectl.get_json("role", name, namespace)
+        binding = kubectl.get_json("rolebinding", name, namespace)
+        return role is not None and role["rules"] == rendered and binding is not None
+
+    wait_for("the Role and RoleBinding to be restored", restored, timeout=30)

@@ -539,10 +539,11 @@ class Caches:
         without a request). Equal answers mean the reads of a reconcile return the same objects."""
         wanted = Selector.parse(label_selector)
         parts: list[object] = []
-        for kind, cache in self._kinds.items():
-            if not (cache.covers(namespace) and cache.synced()):
+        for kind in self._kinds:
+            versions = self.kind_versions(kind, namespace, wanted)
+            if versions is None:
                 return None
-            parts.append((kind, cache.versions(namespace, wanted)))
+            parts.append((kind, versions))
         with self._lock:
             secrets = sorted((key, cache) for key, (cache, _) in self._secrets.items() if key[0] == namespace)
         for (_, name), cache in secrets:
@@ -550,6 +551,13 @@ class Caches:
                 return None
             parts.append(("Secret", name, cache.versions(namespace, _EVERYTHING)))
         return tuple(parts)
+
+    def kind_versions(self, kind: str, namespace: str, wanted: Selector | str) -> object | None:
+        """`versions` for one cached kind (None: not covered or not synced)."""
+        cache = self._kinds[kind]
+        if not (cache.covers(namespace) and cache.synced()):
+            return None
+        return cache.versions(namespace, Selector.parse(wanted) if isinstance(wanted, str) else wanted)
 
     # -- WriteListener ---------------------------------------------------------------------------
 

@@ -102,6 +102,9 @@ class PolicyMemory:
     settled: Settled | None = None
     """What the last full run saw when it ended settled (`settled`); None: the tick runs in full.
     Set and cleared by the policy's runs, read by its settled checks (`handlers.SettledSweep`)."""
+    accounts_applied: tuple[object, ...] | None = None
+    """What the last account apply depended on (`reconcile._account_basis`); a run that finds the
+    same skips the apply. None: apply."""
     status_written_at: float | None = None
     """When a run last wrote the policy's status (monotonic); None: not since this process leads."""
     figures_due: float | None = None

@@ -43,6 +43,7 @@ from groupops.controller.cache import Listener
 from groupops.controller.conflicts import PolicyKey, WakeListener
 from groupops.controller.identities import observe_lease
 from groupops.controller.lanes import Lanes
+from groupops.controller.lease_records import LEASE_RECORDS
 from groupops.controller.names import API_GROUP, API_VERSION, LABEL_POLICY, PLURAL, owned_selector
 from groupops.controller.reconcile import (
     LAG_WAIT_S,
@@ -372,11 +373,13 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
     def on_lease(event_type: str, body: dict[str, Any]) -> None:
         """A Lease event of the cache, run in kopf's loop (as the policy loops and their Wakeup)."""
         meta = body.get("metadata", {})
+        name = str(meta.get("name"))
+        if event_type == "DELETED":
+            LEASE_RECORDS.forget(str(meta.get("namespace")), name)
         entry = loops.get((str(meta.get("namespace")), str(meta.get("labels", {}).get(LABEL_POLICY))))
         if entry is None:
             return  # its policy is not known (yet): the policy's first run reads it
         memory = entry.memory
-        name = str(meta.get("name"))
         lease = None if event_type == "DELETED" else body
         if lease is not None:
             observe_lease(

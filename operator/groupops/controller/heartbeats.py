@@ -48,6 +48,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from groupops.controller.lease_records import LeaseRecords
 from groupops.controller.metrics import Metrics
 from groupops.controller.names import LABEL_POLICY
 from groupops.model import MemberId
@@ -62,7 +63,7 @@ from groupops.planner.liveness import (
     grant_refusal,
     stuck_refusal,
 )
-from groupops.planner.plan_format import LeaseRecord, lease_record
+from groupops.planner.plan_format import LeaseRecord
 from groupops.planner.wire import PlanFormatError
 
 __all__ = [
@@ -196,8 +197,8 @@ class HeartbeatBook:
         self._max_poll: dict[_PolicyKey, float] = {}
         self._progress: dict[tuple[str, str], HeardProgress] = {}
         """The last progress each replica reported, by (namespace, Lease name)."""
-        self._records: dict[tuple[str, str], tuple[str, LeaseRecord]] = {}
-        """Each Lease's annotations as read at its resourceVersion (`_record_of`)."""
+        self._records = LeaseRecords()
+        """Each Lease's annotations as parsed (`_record_of`)."""
 
     # -- the policies' daemons ----------------------------------------------------------------------
 
@@ -327,23 +328,13 @@ class HeartbeatBook:
         return self._answer(heartbeat, HeartbeatStatus.GRANTED, valid=GRANT_FRACTION * duration)
 
     def _record_of(self, namespace: str, name: str, lease: Mapping[str, Any] | None) -> LeaseRecord | None:
-        """The Lease's annotations, parsed once per resourceVersion: every heartbeat of a replica
-        reads the same Lease, and parsing it was the largest part of an answer (design §7.5). A
-        resourceVersion names one content of one object, so the record kept for it is the record
-        of the Lease shown; a Lease without one (never from the API server) is parsed each time."""
-        key = (namespace, name)
+        """The Lease's annotations, parsed once per content (`lease_records`): every heartbeat of
+        a replica reads the same Lease, and parsing it was the largest part of an answer (design
+        §7.5)."""
         if lease is None:
-            self._records.pop(key, None)
+            self._records.forget(namespace, name)
             return None
-        meta = lease.get("metadata") or {}
-        version = None if meta.get("resourceVersion") is None else str(meta["resourceVersion"])
-        known = self._records.get(key)
-        if version is not None and known is not None and known[0] == version:
-            return known[1]
-        record = lease_record(meta.get("annotations"))
-        if version is not None:
-            self._records[key] = (version, record)
-        return record
+        return self._records.of(lease)
 
     def _note_progress(self, heartbeat: Heartbeat, policy: str, identity: str) -> None:
         heard = HeardProgress(dict(heartbeat.progress), self._wall(), policy)

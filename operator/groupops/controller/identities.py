@@ -32,14 +32,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from groupops.controller.lease_records import LEASE_RECORDS
 from groupops.controller.names import LABEL_ORDINAL, LABEL_TEMPLATE_HASH, LABEL_ZONE
 from groupops.controller.render_pods import CONSUMER_CONTAINER
 from groupops.model import MemberId, TopicPartition
 from groupops.planner.exits import holder_exited
 from groupops.planner.handoff import LeaseClock
-from groupops.planner.plan_format import LeaseRecord, lease_record
+from groupops.planner.plan_format import LeaseRecord
 from groupops.planner.target import Identity, default_priority
-from groupops.planner.wire import LeaseNote, PlanFormatError, decode_lease_note, identity_name
+from groupops.planner.wire import LeaseNote, PlanFormatError, identity_name
 
 __all__ = [
     "IdentityView",
@@ -177,10 +178,10 @@ def lease_state(
     meta = lease.get("metadata") or {}
     held, seconds, changed_at = observe_lease(lease, clock=clock, now=now, duration=duration)
     try:
-        note = decode_lease_note(meta.get("annotations") or {})
+        notes = LEASE_RECORDS.of(lease)
     except PlanFormatError:
-        note = LeaseNote(epoch=None, partitions=())
-    notes = _notes(meta.get("annotations"))
+        notes = LeaseRecord()
+    note = LeaseNote(epoch=notes.acked_epoch, partitions=notes.partitions)
     silent_for = clock.unchanged_for(MemberId(str(meta.get("name"))), now)
     silent = now - changed_at if silent_for is None else silent_for
     exited = held and holder_exited(lease, pod, container=CONSUMER_CONTAINER, incarnation=notes.incarnation)
@@ -194,13 +195,6 @@ def lease_state(
         stopped=notes.stopped if held else (),
         errors=notes.errors,
     )
-
-
-def _notes(annotations: Mapping[str, str] | None) -> LeaseRecord:
-    try:
-        return lease_record(annotations)
-    except PlanFormatError:
-        return LeaseRecord()
 
 
 def identity_view(

@@ -22,9 +22,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from groupops.controller.identities import LeaseState
+from groupops.controller.lease_records import LEASE_RECORDS
 from groupops.model import MemberId, Plan, TopicPartition
 from groupops.planner.handoff import HandoffResult, MemberState, fence_epoch, identities_to_fence, next_plan
-from groupops.planner.plan_format import PublishedPlan, lease_record
+from groupops.planner.plan_format import PublishedPlan
 from groupops.planner.wire import PlanFormatError
 
 __all__ = [
@@ -61,10 +62,8 @@ def member_states(leases: Mapping[str, Mapping[str, object] | None]) -> dict[Mem
     for identity, lease in leases.items():
         if lease is None:
             continue
-        meta = lease.get("metadata")
-        annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
         try:
-            record = lease_record(annotations if isinstance(annotations, Mapping) else None)
+            record = LEASE_RECORDS.of(lease)
         except PlanFormatError:
             continue
         spec = lease.get("spec")

@@ -58,6 +58,7 @@ from groupops.controller.kafkaguard import (
 from groupops.controller.lagaccess import with_policy_access
 from groupops.controller.lagread import LagTake, Windows, counts_from_plan, zero_lag
 from groupops.controller.lagstate import hand_off_stalled
+from groupops.controller.lease_records import LEASE_RECORDS
 from groupops.controller.names import (
     API_GROUP,
     API_VERSION,
@@ -99,7 +100,7 @@ from groupops.lag.registry import SourceContext, build_lag_source
 from groupops.lag.reset import apply_reset, read_reset
 from groupops.model import MemberId, TopicPartition
 from groupops.planner.handoff import HandoffError, HandoffResult, MemberState, fence_epoch, predicted_plan
-from groupops.planner.plan_format import PublishedPlan, fence_annotations, lease_record
+from groupops.planner.plan_format import PublishedPlan, fence_annotations
 from groupops.planner.plan_size import plan_configmap_problem
 from groupops.planner.wire import PlanFormatError
 
@@ -360,7 +361,8 @@ def _reconcile(run: RunContext, pretaken: TakenLag | None) -> ReconcileResult:
         _record_plan_progress(run, spec, now_plan, leases_by_identity, fenced=fence.fenced)
         if run.deps.heartbeats is not None:
             run.deps.heartbeats.note_published(run.policy.namespace, run.policy.name, now_plan.epoch)
-        view = view_of(now_plan)
+        if now_plan is not previous or fence.fenced:
+            view = view_of(now_plan)  # else the run's view stands: same plan, Leases and pods
         _apply_pods(run, spec, view, lease_objects, lease_seconds)
         reset.carry_out(now_plan)
     except Rejected as e:
@@ -895,7 +897,7 @@ class _Fencer:
             return identity in self.fenced
         meta = lease["metadata"]
         try:
-            incarnation = lease_record(meta.get("annotations")).incarnation
+            incarnation = LEASE_RECORDS.of(lease).incarnation
         except PlanFormatError:
             incarnation = None
         name, version = str(meta["name"]), str(meta["resourceVersion"])
@@ -946,7 +948,7 @@ class _Fencer:
             if lease is None or not state.expired or identity in self.fenced:
                 continue
             try:
-                record = lease_record((lease.get("metadata") or {}).get("annotations"))
+                record = LEASE_RECORDS.of(lease)
             except PlanFormatError:
                 continue
             if record.heartbeats and record.incarnation and record.fenced_incarnation != record.incarnation:
@@ -1094,6 +1096,11 @@ def _apply_account(run: RunContext, view: IdentityView) -> None:
     """One ServiceAccount, Role and RoleBinding per ordinal with a slot or a pod; those of other
     ordinals go, and the account all replicas shared before (design §13.3) once no pod uses it."""
     client, reader, ns = run.deps.client, run.deps.reader, run.policy.namespace
+    shared = shared_account_name(run.policy.name)
+    shared_in_use = any(pod.service_account == shared for pod in view.pods.values())
+    basis = _account_basis(run, view, shared_in_use)
+    if basis is not None and basis == run.memory.accounts_applied:
+        return  # what this would render was applied to these very objects, untouched since
     wanted: set[str] = set()
     for ordinal, identity in sorted(view.identities_by_ordinal.items()):
         lease = lease_name(run.policy.name, identity)
@@ -1105,13 +1112,28 @@ def _apply_account(run: RunContext, view: IdentityView) -> None:
             wanted.add(desired["metadata"]["name"])
             existing = reader.get(desired["apiVersion"], desired["kind"], ns, desired["metadata"]["name"])
             apply(client, desired, existing, log=run.log)
-    shared = shared_account_name(run.policy.name)
-    shared_in_use = any(pod.service_account == shared for pod in view.pods.values())
     for api_version, kind in _ACCOUNT_KINDS:
         for obj in reader.list(api_version, kind, ns, label_selector=owned_selector(run.policy.name)):
             name = obj["metadata"]["name"]
             if name not in wanted and not (name == shared and shared_in_use):
                 apply(client, None, obj, log=run.log)
+    run.memory.accounts_applied = _account_basis(run, view, shared_in_use)
+
+
+def _account_basis(run: RunContext, view: IdentityView, shared_in_use: bool) -> tuple[object, ...] | None:
+    """What `_apply_account` depends on: the policy, its identities, whether the shared account
+    is in use, and the change counts of the account objects it owns in the watch caches (our
+    writes count at once). Equal to the basis saved after the last apply, nothing it would
+    render or find has changed, so it would write nothing (design §8.3, "a busy run ... applies
+    the replicas' accounts only after they changed"). None without caches: always apply."""
+    caches = run.deps.caches
+    if caches is None:
+        return None
+    selector = owned_selector(run.policy.name)
+    versions = tuple(caches.kind_versions(kind, run.policy.namespace, selector) for _, kind in _ACCOUNT_KINDS)
+    if any(version is None for version in versions):
+        return None
+    return (run.policy, tuple(sorted(view.identities_by_ordinal.items())), shared_in_use, versions)
 
 
 _ACCOUNT_KINDS = (
