@@ -23,7 +23,7 @@ from groupops.controller.lagread import PolicyLag
 from groupops.controller.metrics import Metrics
 from groupops.controller.render_common import PolicyRef
 from groupops.controller.settings import Settings
-from groupops.controller.settled import LagBasis, Settled
+from groupops.controller.settled import Settled
 from groupops.controller.sightings import LeaseSightings
 from groupops.controller.wakeup import Wakeup
 from groupops.kubeapi import KubeClient
@@ -99,9 +99,6 @@ class PolicyMemory:
     """The hysteresis, interval and autoscale history of damping (`decide`, planner/damping.py)."""
     targets: TargetMemo = field(default_factory=TargetMemo)
     """The last planning round's target and figures, for a round that asks the same (`decide`)."""
-    lag_basis: LagBasis | None = None
-    """What the last full run's lag read was made with (`settled.LagBasis`): the tick's read,
-    started by the policy's loop before its next routine run, is made with it."""
     settled: Settled | None = None
     """What the last full run saw when it ended settled (`settled`); None: the tick runs in full.
     Set and cleared by the policy's runs, read by its settled checks (`handlers.SettledSweep`)."""

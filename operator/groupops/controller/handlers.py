@@ -52,11 +52,9 @@ from groupops.controller.reconcile import (
     ReconcileFailure,
     SettledCheck,
     TakenLag,
-    TickRead,
     begin_settled_check,
     finish_settled_check,
     reconcile,
-    start_tick_read,
 )
 from groupops.controller.sightings import hear_heartbeat_leases
 from groupops.controller.sweep import SettledSweep
@@ -161,16 +159,14 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
     loops: dict[tuple[str, str], _PolicyLoop] = {}
     """The loop of every policy the operator knows, for the watches to reach."""
 
-    def reconcile_locked(
-        body: dict[str, Any], memory: PolicyMemory, pretaken: TakenLag | None, tick_read: TickRead | None
-    ) -> bool:
+    def reconcile_locked(body: dict[str, Any], memory: PolicyMemory, pretaken: TakenLag | None) -> bool:
         """One reconcile under the policy's lock (waiting for a run in progress); False when the
         lock did not come. ReconcileFailure passes through to the caller. `body`: the loop's plain
         copy of the policy, replaced and never changed by the watch (the reconcile copies it)."""
         if not memory.lock.acquire(timeout=_LOCK_WAIT_S):
             return False
         try:
-            result = reconcile(body, deps, memory, pretaken=pretaken, tick_read=tick_read)
+            result = reconcile(body, deps, memory, pretaken=pretaken)
         finally:
             memory.lock.release()
         memory.failures = 0
@@ -179,17 +175,13 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
         return True
 
     def run_in_loop(
-        body: dict[str, Any],
-        memory: PolicyMemory,
-        pretaken: TakenLag | None = None,
-        tick_read: TickRead | None = None,
+        body: dict[str, Any], memory: PolicyMemory, pretaken: TakenLag | None = None
     ) -> float | None:
         """One reconcile (in a worker thread): returns a retry delay after a transient failure,
         else None. Never raises: the loop must outlive every failure. `pretaken`: the lag the
-        settled sweep read and found changed; `tick_read`: the read the loop started before the
-        run (docs/design.md §8.3)."""
+        settled sweep read and found changed (docs/design.md §8.3)."""
         try:
-            if not reconcile_locked(body, memory, pretaken, tick_read):
+            if not reconcile_locked(body, memory, pretaken):
                 return 1.0  # another run of this policy holds the lock
         except ReconcileFailure as failure:
             if not failure.transient:
@@ -202,14 +194,6 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
             log.exception("%s: reconcile failed", _name(body))
             return settings.reconcile.backoff(1)
         return None
-
-    def _start_tick_read(body: dict[str, Any], memory: PolicyMemory) -> TickRead | None:
-        """`reconcile.start_tick_read`, never raising: a read that could not start is the run's."""
-        try:
-            return start_tick_read(body, deps, memory)
-        except Exception as e:  # a Secret unreadable, a bug: the run reads and reports it
-            log.debug("%s: the tick's lag read did not start: %s", _name(body), e)
-            return None
 
     async def policy_loop(entry: _PolicyLoop) -> None:
         memory = entry.memory
@@ -275,34 +259,12 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
                 if not (urgent or due):
                     continue  # the Lease we woke for was renewed meanwhile
                 landed.clear()  # the run about to start reads lag afresh
-                tick_read: TickRead | None = None
-                if not urgent and pretaken is None:
-                    # The tick's lag read, started and waited for before the run takes a worker
-                    # (§8.3); a wake-up or an expiry meanwhile makes the run urgent, as in a queue.
-                    tick_read = _start_tick_read(entry.body, memory)
-                    read = None if tick_read is None else tick_read.future
-                    if read is not None and not read.done():
-                        read_landed = asyncio.wrap_future(read)
-                        read_landed.add_done_callback(_retrieved)
-                        until = next_wake(
-                            now=time.monotonic(),
-                            next_tick=time.monotonic() + LAG_WAIT_S,
-                            clock=memory.clock,
-                            judged_until=judged_until,
-                        )
-                        woken = await memory.wakeup.wait_until(until, interrupts=(stopping, read_landed))
-                        if entry.stopped.is_set():
-                            break
-                        now = time.monotonic()
-                        urgent = woken or expiry_due(now=now, clock=memory.clock, judged_until=judged_until)
                 # A run something woke (a Lease changed or expired, the spec changed) skips the
                 # queue of the tick's routine runs, and so does a routine run still queued when
                 # such a thing comes: failover must not wait for the tick (§8.3).
 
-                def tick_run(
-                    taken: TakenLag | None = pretaken, read: TickRead | None = tick_read
-                ) -> float | None:
-                    return run_in_loop(entry.body, memory, taken, read)
+                def tick_run(taken: TakenLag | None = pretaken) -> float | None:
+                    return run_in_loop(entry.body, memory, taken)
 
                 ran = await (
                     lanes.run_urgent(run)
@@ -538,13 +500,6 @@ def _essence(body: Mapping[str, Any]) -> tuple[Any, ...]:
 def _key(body: Any) -> tuple[str, str]:
     meta = body.get("metadata", {})
     return str(meta.get("namespace")), str(meta.get("name"))
-
-
-def _retrieved(future: asyncio.Future[Any]) -> None:
-    """Mark a read's outcome seen: a failed read is recorded by its policy's lag (`lagread`),
-    and asyncio would otherwise log it as never retrieved."""
-    if not future.cancelled():
-        future.exception()
 
 
 def _name(body: Any) -> str:

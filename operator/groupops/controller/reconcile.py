@@ -82,7 +82,7 @@ from groupops.controller.render_plan import (
     render_plan_configmap,
 )
 from groupops.controller.report import fail, progress_shown, write_status
-from groupops.controller.settled import LagBasis, Settled, comparable, unsettled_reason
+from groupops.controller.settled import Settled, comparable, unsettled_reason
 from groupops.controller.spec import PolicySpec, SpecError, parse_policy
 from groupops.kubeapi import Conflict, Forbidden, KubeError, NotFound, Rejected
 from groupops.lag import (
@@ -112,34 +112,25 @@ __all__ = [
     "ReconcileResult",
     "SettledCheck",
     "TakenLag",
-    "TickRead",
     "begin_settled_check",
     "finish_settled_check",
     "reconcile",
-    "start_tick_read",
 ]
 
 log = logging.getLogger(__name__)
 
 
 def reconcile(
-    body: Mapping[str, Any],
-    deps: Deps,
-    memory: PolicyMemory,
-    *,
-    pretaken: TakenLag | None = None,
-    tick_read: TickRead | None = None,
+    body: Mapping[str, Any], deps: Deps, memory: PolicyMemory, *, pretaken: TakenLag | None = None
 ) -> ReconcileResult:
     """Run every step once for the policy `body` (the full resource as last seen; the run works
     on its own copy). `pretaken`: the lag a settled check read just before and found changed
-    (`finish_settled_check`): the run plans on it instead of reading again. `tick_read`: the
-    read the policy's loop started before the run (`start_tick_read`), taken if it was made
-    as this run would make it."""
+    (`finish_settled_check`): the run plans on it instead of reading again."""
     run = _run_context(body, deps, memory)
     started = time.monotonic()
     memory.settled = None  # a run that does not settle again leaves none
     try:
-        return _reconcile(replace(run, body=json_copy(body)), pretaken, tick_read)
+        return _reconcile(replace(run, body=json_copy(body)), pretaken)
     except ReconcileFailure as failure:
         deps.metrics.errors.labels(run.policy.namespace, run.policy.name, failure.reason).inc()
         raise
@@ -188,8 +179,7 @@ def begin_settled_check(body: Mapping[str, Any], deps: Deps, memory: PolicyMemor
     run = _run_context(body, deps, memory)
     if _inputs_of(run) != settled.inputs:
         return None
-    basis = settled.basis
-    started = _start_lag_read(run, basis.spec, basis.client_config, previous=basis.previous)
+    started = _start_lag_read(run, settled.spec, settled.client_config, previous=settled.previous)
     return SettledCheck(run=run, settled=settled, started=started)
 
 
@@ -198,13 +188,13 @@ def finish_settled_check(check: SettledCheck, wait_s: float = LAG_WAIT_S) -> Tak
     the replicas' progress with what the settled run saw. None: nothing changed, and the tick is
     skipped (counted in groupops_reconciles_skipped_total); otherwise the lag read, which the
     full run plans on (same inputs, same read)."""
-    run, settled, basis = check.run, check.settled, check.settled.basis
+    run, settled = check.run, check.settled
     lag = _read_lag(
         run,
-        basis.spec,
-        basis.client_config,
-        previous=basis.previous,
-        has_plan=basis.has_plan,
+        settled.spec,
+        settled.client_config,
+        previous=settled.previous,
+        has_plan=settled.has_plan,
         started=check.started,
         wait_s=wait_s,
     )
@@ -213,45 +203,6 @@ def finish_settled_check(check: SettledCheck, wait_s: float = LAG_WAIT_S) -> Tak
         return lag
     run.deps.metrics.reconciles_skipped.labels(run.policy.namespace, run.policy.name).inc()
     return None
-
-
-@dataclass(frozen=True, slots=True)
-class TickRead:
-    """The tick's lag read of a policy, started by its loop before the run took a worker
-    (docs/design.md §8.3, "the tick's lag read starts before its run"), and what it was made
-    with."""
-
-    basis: LagBasis
-    started: _Started
-
-    @property
-    def future(self) -> Future[LagSnapshot] | None:
-        return self.started[1]
-
-
-def start_tick_read(body: Mapping[str, Any], deps: Deps, memory: PolicyMemory) -> TickRead | None:
-    """Start, without waiting, the lag read the policy's next routine run would make, as its last
-    full run made it (`PolicyMemory.lag_basis`). None, and nothing started: no full run got as far
-    as its lag yet, or reads have no pool of their own (they run inside the run)."""
-    basis = memory.lag_basis
-    if basis is None or deps.lag_pool is None:
-        return None
-    run = _run_context(body, deps, memory)
-    return TickRead(
-        basis=basis, started=_start_lag_read(run, basis.spec, basis.client_config, previous=basis.previous)
-    )
-
-
-def _tick_read_for(
-    tick_read: TickRead | None, spec: PolicySpec, client_config: Mapping[str, str], previous: PublishedPlan
-) -> _Started | None:
-    """The tick's read when it was made as the run would make it now (same spec, client config
-    and plan: the read depends on nothing else); None: the run reads itself."""
-    if tick_read is None:
-        return None
-    made = tick_read.basis
-    same = made.spec == spec and made.client_config == client_config and made.previous == previous
-    return tick_read.started if same else None
 
 
 def _inputs_of(run: RunContext) -> tuple[object, ...] | None:
@@ -275,7 +226,7 @@ def _progress_behind(run: RunContext, leases: Sequence[str]) -> bool:
     return any(progress is not None and progress_shown(progress) for progress in heard)
 
 
-def _reconcile(run: RunContext, pretaken: TakenLag | None, tick_read: TickRead | None) -> ReconcileResult:
+def _reconcile(run: RunContext, pretaken: TakenLag | None) -> ReconcileResult:
     inputs = _inputs_of(run)  # before anything is read: a change while the run reads unsettles it
     # -- spec ------------------------------------------------------------------------------------
     try:
@@ -318,15 +269,8 @@ def _reconcile(run: RunContext, pretaken: TakenLag | None, tick_read: TickRead |
         previous = floor_plan(spec.strategy.type, epoch_floor)
 
     # -- lag -------------------------------------------------------------------------------------
-    started = _tick_read_for(tick_read, spec, client_config, previous)
     snapshot, degraded, windows = pretaken or _read_lag(
-        run,
-        spec,
-        client_config,
-        previous=previous,
-        has_plan=observed is not None,
-        started=started,
-        wait_s=LAG_WAIT_S if started is None else 0.0,  # the loop waited for it before the run
+        run, spec, client_config, previous=previous, has_plan=observed is not None
     )
     # A topic that does not exist (deleted, not created yet) is planned as Kafka's assignors do:
     # nothing of it is assigned, and what replicas owned of it is released (design §6.3).
@@ -381,9 +325,6 @@ def _reconcile(run: RunContext, pretaken: TakenLag | None, tick_read: TickRead |
     fresh = windows if degraded is None else None  # stale or partial lag moves nothing
     decision = hand_off_stalled(run, spec, snapshot, fresh, view, decision, paused=reset.paused)
     if spec.dry_run:
-        run.memory.lag_basis = LagBasis(
-            spec=spec, client_config=client_config, previous=previous, has_plan=observed is not None
-        )
         _record_plan_progress(run, spec, previous, leases_by_identity)
         write_status(
             run,
@@ -448,12 +389,11 @@ def _reconcile(run: RunContext, pretaken: TakenLag | None, tick_read: TickRead |
         in_progress=_in_progress(now_plan, view, replicas),
         windows=windows,
     )
-    basis = LagBasis(spec=spec, client_config=client_config, previous=now_plan, has_plan=observed is not None)
-    run.memory.lag_basis = basis
     run.memory.settled = _settled_after(
         run,
+        spec,
         inputs=inputs,
-        basis=basis,
+        lag_read=(client_config, observed is not None),
         snapshot=snapshot,
         view=view,
         unsettled=unsettled_reason(
@@ -470,6 +410,7 @@ def _reconcile(run: RunContext, pretaken: TakenLag | None, tick_read: TickRead |
             stall_handoffs=bool(run.memory.stall_handoffs),
             offset_reset=reset.active,
         ),
+        plan=now_plan,
         quiet_s=decision.damping_quiet_s,
     )
     return ReconcileResult(
@@ -482,17 +423,19 @@ def _reconcile(run: RunContext, pretaken: TakenLag | None, tick_read: TickRead |
 
 def _settled_after(
     run: RunContext,
+    spec: PolicySpec,
     *,
     inputs: tuple[object, ...] | None,
-    basis: LagBasis,
+    lag_read: tuple[Mapping[str, str], bool],
     snapshot: LagSnapshot,
     view: IdentityView,
     unsettled: str | None,
+    plan: PublishedPlan,
     quiet_s: float,
 ) -> Settled | None:
     """What the next routine runs compare (`settled`), when this full run left no rule waiting
-    on time; None otherwise. `basis`: what the next lag read is made with; `quiet_s`: how long
-    damping stays quiet on these figures (`Decision.damping_quiet_s`)."""
+    on time; None otherwise. `lag_read`: the client config and has-plan its lag read used;
+    `quiet_s`: how long damping stays quiet on these figures (`Decision.damping_quiet_s`)."""
     resync = run.deps.settings.reconcile.resync_seconds
     if inputs is None or resync <= 0:
         return None
@@ -504,11 +447,21 @@ def _settled_after(
     if unsettled is not None:
         run.log.debug("not settled: %s", unsettled)
         return None
+    client_config, has_plan = lag_read
     now = time.monotonic()
     until = now + min(resync, quiet_s)
     if run.memory.figures_due is not None:  # held-back figures go out on time though nothing moves
         until = min(until, run.memory.figures_due)
-    return Settled(inputs=inputs, lag=comparable(snapshot), basis=basis, leases=leases, until=until)
+    return Settled(
+        inputs=inputs,
+        lag=comparable(snapshot),
+        spec=spec,
+        client_config=client_config,
+        previous=plan,
+        has_plan=has_plan,
+        leases=leases,
+        until=until,
+    )
 
 
 # -- steps ---------------------------------------------------------------------------------------

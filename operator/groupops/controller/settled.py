@@ -29,33 +29,23 @@ from groupops.controller.spec import PolicySpec
 from groupops.lag import LagSnapshot
 from groupops.planner.plan_format import PublishedPlan
 
-__all__ = ["LagBasis", "Settled", "comparable", "unsettled_reason"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LagBasis:
-    """What a full run's lag read was made with, and what the next run's read is made with when
-    it starts before the run (a settled check, the tick's read: `reconcile.start_tick_read`):
-    the policy's spec as parsed, the client config of its Secrets, the plan it ended with and
-    whether a plan ConfigMap was there. A run that finds the same spec, client config and plan
-    would make the same read."""
-
-    spec: PolicySpec
-    client_config: Mapping[str, str]
-    previous: PublishedPlan
-    has_plan: bool
+__all__ = ["Settled", "comparable", "unsettled_reason"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Settled:
     """What a settled full run saw, kept in the policy's memory until its next full run.
-    `basis`: what its lag read was made with (equal inputs give an equal one, so a skipping run
-    reads lag the same way); `leases`: its identities' Lease names, whose heartbeat progress a
-    skipping run checks; `until`: monotonic seconds after which the tick runs in full again."""
+    `spec`, `client_config`, `previous`, `has_plan`: what its lag read was made with (equal
+    inputs give equal ones, so a skipping run reads lag the same way); `leases`: its
+    identities' Lease names, whose heartbeat progress a skipping run checks; `until`: monotonic
+    seconds after which the tick runs in full again."""
 
     inputs: tuple[object, ...]
     lag: LagSnapshot
-    basis: LagBasis
+    spec: PolicySpec
+    client_config: Mapping[str, str]
+    previous: PublishedPlan
+    has_plan: bool
     leases: tuple[str, ...]
     until: float
 
