@@ -552,12 +552,12 @@ class Caches:
             parts.append(("Secret", name, cache.versions(namespace, _EVERYTHING)))
         return tuple(parts)
 
-    def kind_versions(self, kind: str, namespace: str, wanted: Selector | str) -> object | None:
+    def kind_versions(self, kind: str, namespace: str, wanted: Selector) -> object | None:
         """`versions` for one cached kind (None: not covered or not synced)."""
         cache = self._kinds[kind]
         if not (cache.covers(namespace) and cache.synced()):
             return None
-        return cache.versions(namespace, Selector.parse(wanted) if isinstance(wanted, str) else wanted)
+        return cache.versions(namespace, wanted)
 
     # -- WriteListener ---------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ from typing import Any
 from groupops.controller import offset_reset, render_pods, render_rbac
 from groupops.controller.apply import apply
 from groupops.controller.cache import json_copy
+from groupops.controller.cache_store import Selector
 from groupops.controller.cluster_spec import with_policy_defaults
 from groupops.controller.clusters import ClusterRefusal
 from groupops.controller.conflicts import stand_down_if_later
@@ -1129,8 +1130,8 @@ def _account_basis(run: RunContext, view: IdentityView, shared_in_use: bool) -> 
     caches = run.deps.caches
     if caches is None:
         return None
-    selector = owned_selector(run.policy.name)
-    versions = tuple(caches.kind_versions(kind, run.policy.namespace, selector) for _, kind in _ACCOUNT_KINDS)
+    owned = Selector.parse(owned_selector(run.policy.name))
+    versions = tuple(caches.kind_versions(kind, run.policy.namespace, owned) for _, kind in _ACCOUNT_KINDS)
     if any(version is None for version in versions):
         return None
     return (run.policy, tuple(sorted(view.identities_by_ordinal.items())), shared_in_use, versions)
