@@ -15,7 +15,15 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.operator_support import Kubectl, OperatorProcess, cgp, condition, plan_of, settled
+from tests.e2e.operator_support import (
+    STARTUP_TIMEOUT_S,
+    Kubectl,
+    OperatorProcess,
+    cgp,
+    condition,
+    plan_of,
+    settled,
+)
 from tests.e2e.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.no_time_bound]
@@ -50,6 +58,7 @@ def slow_operator(kube_config: str, namespace: str, tmp_path: Path) -> Iterator[
         kubeconfig=kube_config, namespace=namespace, log_path=tmp_path / "operator.log", tick="60"
     )
     operator.start()
+    operator.wait_started(timeout=STARTUP_TIMEOUT_S)
     try:
         yield operator
     finally:

@@ -141,8 +141,11 @@ def test_account_objects_changed_by_hand_on_a_settled_policy_are_restored(
     assert any(rule.get("resourceNames") for rule in rendered), rendered
     # Widen replica 0's Role to every Lease of the namespace, and unbind it.
     widened = [{"op": "remove", "path": f"/rules/{i}/resourceNames"} for i in range(len(rendered))]
-    kubectl.run("patch", "role", name, "-n", namespace, "--type=json", "-p", json.dumps(widened))
-    assert not any(rule.get("resourceNames") for rule in kubectl.get_json("role", name, namespace)["rules"])
+    # The patch's own answer is what it wrote: a read after it may already see the restored Role.
+    patched = kubectl.run(
+        "patch", "role", name, "-n", namespace, "--type=json", "-p", json.dumps(widened), "-o", "json"
+    )
+    assert not any(rule.get("resourceNames") for rule in json.loads(patched.stdout)["rules"])
     kubectl.run("delete", "rolebinding", name, "-n", namespace)
 
     def restored() -> bool:
