@@ -7,14 +7,17 @@ reconciles, and every late answer costs a replica a Lease write. Here a child pr
 socket and a `HeartbeatBook` of its own, so answering competes with the reconciles for a core,
 not for one interpreter.
 
-What crosses between the two processes (three one-way pipes, each message a tuple):
+What crosses between the two processes (four one-way pipes, each message a tuple):
 
     operator -> answerer   Lease events (a mirror of the operator's Lease cache, sent in the
                            cache's order), attach/detach of policies, published epochs,
-                           maxPollIntervalSeconds, leadership (the elector's monotonic deadline
-                           and the leader's address), the fence guard's calls
+                           maxPollIntervalSeconds, the fence guard's calls; and either the
+                           election's commands and pulses (the election kept here, §8.6,
+                           `controller.answerer_election`) or leadership as the operator's own
+                           elector has it (its monotonic deadline and the leader's address)
     answerer -> operator   every 0.1 s: the heartbeats granted (identity, moment), progress, the
-                           answers by kind; and the fence guard's replies, on a pipe of their own
+                           answers by kind; the fence guard's replies, on a pipe of their own;
+                           and the election's reports, on a fourth
 
 Safety stays where it was: the answerer's book is the one that grants, and `may_fence` asks that
 book, so "granted, then not fenced" or "fenced, then refused" is decided under one lock in one
@@ -28,6 +31,7 @@ standby's answerer never saw a deadline and answers not-leader.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import multiprocessing
@@ -38,11 +42,13 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, NamedTuple
 
+from groupops.controller.answerer_election import PULSE_TIMEOUT_S, AnswererElection, ElectionHost
 from groupops.controller.cache import Listener
 from groupops.controller.heartbeats import HeardProgress, HeartbeatBook, HeartbeatServer, MetricsTally
 from groupops.controller.metrics import Metrics
+from groupops.controller.settings import ElectionSettings
 from groupops.model import MemberId
 from groupops.planner.handoff import LeaseClock
 
@@ -115,14 +121,15 @@ class HeartbeatProcess:
         commands_in, self._commands = context.Pipe(duplex=False)
         self._replies, replies_out = context.Pipe(duplex=False)
         self._reports, reports_out = context.Pipe(duplex=False)
+        self._election_reports, election_out = context.Pipe(duplex=False)
         self._process = context.Process(
             target=_answer,
-            args=(host, port, commands_in, replies_out, reports_out),
+            args=(host, port, _ChildEnds(commands_in, replies_out, reports_out, election_out)),
             name="groupops-heartbeats",
             daemon=True,
         )
         self._process.start()
-        for end in (commands_in, replies_out, reports_out):
+        for end in (commands_in, replies_out, reports_out, election_out):
             end.close()  # the child holds them now: our copies would hide its death
         self._send_lock = threading.Lock()
         self._guard_lock = threading.Lock()
@@ -176,11 +183,20 @@ class HeartbeatProcess:
     def lease_event(self, event_type: str, lease: dict[str, Any]) -> None:
         self._send("lease", event_type, _slim(lease))
 
+    def election(
+        self, settings: ElectionSettings, advertise: str | None, *, pulse_timeout_s: float = PULSE_TIMEOUT_S
+    ) -> AnswererElection:
+        """Campaign and renew in the answering process (docs/design.md §8.6); the answerer then
+        grants on that election's own deadline, and `start_leadership` is not called."""
+        return AnswererElection(
+            self._send, self._election_reports, settings, advertise, pulse_timeout_s=pulse_timeout_s
+        )
+
     def start_leadership(
         self, deadline: Callable[[], float], leader_address: Callable[[], str | None]
     ) -> None:
         """Tell the answerer, every 0.25 s, until when this operator leads (monotonic; it grants
-        only before that) and who leads."""
+        only before that) and who leads: for an election kept in this process (or none)."""
 
         def run() -> None:
             last: tuple[float, str | None] | None = None
@@ -390,23 +406,29 @@ class _Outbox:
 
 
 class _Answerer:
-    def __init__(self, outbox: _Outbox) -> None:
+    def __init__(self, outbox: _Outbox, election: ElectionHost) -> None:
         self._lock = threading.Lock()
         self._leases: dict[tuple[str, str], dict[str, Any]] = {}
         self._lead_until = -math.inf
         self._leader_address: str | None = None
         self._outbox = outbox
+        self._election = election
         self.book = HeartbeatBook(
-            leases=self.lease,
-            leading=lambda: time.monotonic() < self._lead_until,
-            leader_address=lambda: self._leader_address,
-            tally=outbox,
+            leases=self.lease, leading=self._leading, leader_address=self._leader, tally=outbox
         )
         self._clocks: dict[tuple[str, str], _RecordingClock] = {}
 
     def lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         with self._lock:
             return self._leases.get((namespace, name))
+
+    def _leading(self) -> bool:
+        if self._election.campaigning:
+            return self._election.still_leading()
+        return time.monotonic() < self._lead_until
+
+    def _leader(self) -> str | None:
+        return self._election.leader_address() if self._election.campaigning else self._leader_address
 
     def handle(self, message: tuple[Any, ...], replies: Connection) -> None:
         kind, *args = message
@@ -435,6 +457,14 @@ class _Answerer:
             self.book.note_max_poll_interval(*args)
         elif kind == "leading":
             self._lead_until, self._leader_address = args
+        elif kind == "pulse":
+            self._election.pulse()
+        elif kind == "campaign":
+            self._election.campaign(*args)
+        elif kind == "stop_campaign":
+            self._election.stop_campaign()
+        elif kind == "release":
+            self._election.release()
         elif kind == "may_fence":
             namespace, policy, lease, incarnation, version, duration_s = args
             replies.send(
@@ -449,11 +479,27 @@ class _Answerer:
             log.warning("heartbeat process: unknown message %r", kind)
 
 
-def _answer(host: str, port: int, commands: Connection, replies: Connection, reports: Connection) -> None:
+class _ChildEnds(NamedTuple):
+    """The answering process's ends of the four pipes."""
+
+    commands: Connection
+    replies: Connection
+    reports: Connection
+    election: Connection
+
+
+def _answer(host: str, port: int, ends: _ChildEnds) -> None:
     """The answering process: serve until the operator's end of `commands` closes."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s heartbeats %(levelname)s %(message)s")
+    commands, replies, reports = ends.commands, ends.replies, ends.reports
     outbox = _Outbox()
-    answerer = _Answerer(outbox)
+    election_lock = threading.Lock()
+
+    def tell_election(message: tuple[Any, ...]) -> None:
+        with election_lock, contextlib.suppress(OSError):  # the operator gone: its pipe's end ends us
+            ends.election.send(message)
+
+    answerer = _Answerer(outbox, ElectionHost(tell_election))
     try:
         server = HeartbeatServer(answerer.book, host, port, tally=outbox)
     except OSError as e:

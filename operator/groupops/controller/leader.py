@@ -41,7 +41,7 @@ from groupops.controller.cache import WatchCache
 from groupops.controller.settings import ElectionSettings
 from groupops.kubeapi import AlreadyExists, Conflict, KubeClient, KubeError, NotFound
 
-__all__ = ["HEARTBEAT_ADDRESS_ANNOTATION", "LeaderElector", "LeadershipLost"]
+__all__ = ["HEARTBEAT_ADDRESS_ANNOTATION", "Elector", "LeaderElector", "LeadershipLost"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,26 @@ class _Synced(Protocol):
     """What the campaign asks of its watch (`WatchCache`)."""
 
     def synced(self) -> bool: ...
+
+
+class Elector(Protocol):
+    """What `controller.main` asks of an election: `LeaderElector` in the operator's process, or
+    `controller.answerer_election.AnswererElection` kept by the answering process (§8.6)."""
+
+    term: int
+
+    @property
+    def identity(self) -> str: ...
+
+    def still_leading(self) -> bool: ...
+
+    def valid_until(self) -> float: ...
+
+    def acquire(self, stop: threading.Event) -> bool: ...
+
+    def start_renewing(self, on_lost: Callable[[str], None]) -> None: ...
+
+    def release(self) -> None: ...
 
 
 class LeadershipLost(Exception):
@@ -187,10 +207,17 @@ class LeaderElector:
             self._watch_news.wait(min(wait, self._settings.retry_seconds))
             self._watch_news.clear()
 
-    def start_renewing(self, on_lost: Callable[[str], None]) -> None:
-        """Renew in a daemon thread; call `on_lost(reason)` once when leadership ends."""
+    def start_renewing(
+        self, on_lost: Callable[[str], None], *, may_renew: Callable[[], str | None] | None = None
+    ) -> None:
+        """Renew in a daemon thread; call `on_lost(reason)` once when leadership ends.
+        `may_renew()` is asked before every renewal: a reason (a string) skips it, so that the
+        Lease runs out when what it stands for has stopped (the answering process renews only
+        while the operator's main process is heard, `controller.answerer_election`)."""
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._renew_loop, args=(on_lost,), name="leader", daemon=True)
+        self._thread = threading.Thread(
+            target=self._renew_loop, args=(on_lost, may_renew), name="leader", daemon=True
+        )
         self._thread.start()
 
     def halt(self) -> None:
@@ -330,12 +357,16 @@ class LeaderElector:
         with self._lock:
             self._valid_until = sent + settings.renew_deadline_seconds
 
-    def _renew_loop(self, on_lost: Callable[[str], None]) -> None:
+    def _renew_loop(self, on_lost: Callable[[str], None], may_renew: Callable[[], str | None] | None) -> None:
         attempt = 0
         while not self._stop.wait(self._settings.retry_seconds):
+            refusal = None if may_renew is None else may_renew()
             try:
-                self._renew_once()
-                attempt = 0
+                if refusal is not None:
+                    log.warning("not renewing the election Lease: %s", refusal)
+                else:
+                    self._renew_once()
+                    attempt = 0
             except LeadershipLost as e:
                 with self._lock:
                     self._valid_until = 0.0
@@ -345,5 +376,6 @@ class LeaderElector:
                 attempt += 1
                 log.warning("leader renewal attempt %d failed: %s", attempt, e)
             if not self._stop.is_set() and not self.still_leading():
-                on_lost(f"no renewal succeeded within {self._settings.renew_deadline_seconds:g}s")
+                why = f" ({refusal})" if refusal is not None else ""
+                on_lost(f"no renewal succeeded within {self._settings.renew_deadline_seconds:g}s{why}")
                 return

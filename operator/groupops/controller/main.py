@@ -30,7 +30,7 @@ from groupops.controller.handlers import build_registry
 from groupops.controller.heartbeat_process import HeartbeatProcess, HeartbeatProcessError
 from groupops.controller.heartbeats import HeartbeatBook, HeartbeatGuard, HeartbeatServer
 from groupops.controller.lagfleet import KafkaClusterReaders
-from groupops.controller.leader import LeaderElector
+from groupops.controller.leader import Elector, LeaderElector, LeadershipLost
 from groupops.controller.metrics import Metrics
 from groupops.controller.reconcile import Deps
 from groupops.controller.settings import Settings
@@ -53,6 +53,7 @@ class StartupError(Exception):
 def run_operator(settings: Settings, *, verbose: bool = False) -> None:
     """Block until SIGTERM/SIGINT, reconciling every policy in the watched namespaces."""
     kopf.configure(verbose=verbose, debug=verbose)
+    started = time.monotonic()
     try:
         client = KubeClient.from_environment(pool_size=2 * settings.reconcile.workers)
     except Exception as e:  # the kubernetes client raises several unrelated types for a bad config
@@ -68,6 +69,11 @@ def run_operator(settings: Settings, *, verbose: bool = False) -> None:
             raise StartupError(
                 f"cannot serve metrics: {e.strerror} (--metrics-port {network.metrics_port})"
             ) from e
+    # The answering process re-imports groupops (seconds on a loaded machine): spawned now, it
+    # starts while the watch caches sync.
+    spawning = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spawn")
+    answerer_started = spawning.submit(_start_answerer, settings, metrics)
+    spawning.shutdown(wait=False)
     history = None if settings.history_topic is None else OffsetHistory(settings.history_topic)
     caches = start_caches(client, settings, metrics)  # the reconciles' reads, from watches
     claims = start_policy_claims(client, settings, metrics)  # conflicts between policies (design §6.4)
@@ -84,14 +90,25 @@ def run_operator(settings: Settings, *, verbose: bool = False) -> None:
         ", ".join(settings.watch.namespaces) or "cluster-wide",
         settings.reconcile.tick_seconds,
     )
-    elector = None
+    try:
+        answerer = answerer_started.result()
+    except HeartbeatProcessError as e:
+        raise StartupError(str(e)) from e
+    elector: Elector | None = None
     if settings.election is not None:
         advertise = None if settings.heartbeat is None else settings.heartbeat.advertise
-        elector = LeaderElector(client, settings.election, advertise=advertise)
-    heartbeats = _serve_heartbeats(settings, caches, elector, metrics)
+        if answerer is not None:  # renewals away from the reconciles' interpreter (design §8.6)
+            elector = answerer.election(settings.election, advertise)
+        else:
+            elector = LeaderElector(client, settings.election, advertise=advertise)
+    heartbeats = _serve_heartbeats(settings, caches, elector, metrics, answerer)
     if elector is not None:
-        if not _stand_by(elector, network.host, network.health_port, metrics):
-            return
+        try:
+            if not _stand_by(elector, network.host, network.health_port, metrics):
+                return
+        except LeadershipLost as e:
+            raise StartupError(f"cannot campaign for leadership: {e}") from e
+        log.info("leading %.1f s after the start (term %d)", time.monotonic() - started, elector.term)
         metrics.leader_term.set(elector.term)
         elector.start_renewing(_exit_on_lost_leadership)
     else:
@@ -129,34 +146,43 @@ def run_operator(settings: Settings, *, verbose: bool = False) -> None:
         lag_pool.shutdown(wait=False, cancel_futures=True)
         kafka_readers.close()
         clusters.stop()
+        if elector is not None:  # before the answering process stops: it may be the one holding
+            elector.release()
         if heartbeats is not None:
             heartbeats[1]()
-        if elector is not None:
-            elector.release()
         if history is not None:
             history.close()
 
 
+def _start_answerer(settings: Settings, metrics: Metrics) -> HeartbeatProcess | None:
+    """The answering process, when heartbeats are answered in one (settings.heartbeat)."""
+    if settings.heartbeat is None or not settings.heartbeat.own_process:
+        return None
+    began = time.monotonic()
+    answerer = HeartbeatProcess(settings.network.host, settings.heartbeat.port, metrics=metrics)
+    answerer.on_lost = _exit_on_lost_heartbeats
+    log.info("heartbeat answering process up in %.1f s", time.monotonic() - began)
+    return answerer
+
+
 def _serve_heartbeats(
-    settings: Settings, caches: Caches, elector: LeaderElector | None, metrics: Metrics
+    settings: Settings,
+    caches: Caches,
+    elector: Elector | None,
+    metrics: Metrics,
+    answerer: HeartbeatProcess | None,
 ) -> tuple[HeartbeatGuard, Callable[[], None]] | None:
-    """Answer consumer heartbeats from now on, standing by or not (docs/design.md §7.5): in a
-    process of their own unless told otherwise. Returns the reconciles' guard and its stop."""
+    """Answer consumer heartbeats from now on, standing by or not (docs/design.md §7.5): in the
+    answering process unless told otherwise. Returns the reconciles' guard and its stop."""
     if settings.heartbeat is None:
         return None
-    host, port = settings.network.host, settings.heartbeat.port
-    if settings.heartbeat.own_process:
-        try:
-            answerer = HeartbeatProcess(host, port, metrics=metrics)
-        except HeartbeatProcessError as e:
-            raise StartupError(str(e)) from e
-        answerer.on_lost = _exit_on_lost_heartbeats
+    if answerer is not None:
         answerer.mirror_leases(caches.leases.listen_from_here)
-        if elector is None:
+        if elector is None:  # an election of its own tells the answerer itself (design §8.6)
             answerer.start_leadership(lambda: math.inf, lambda: None)
-        else:
-            answerer.start_leadership(elector.valid_until, lambda: elector.leader_address)
         return answerer, answerer.stop
+    host, port = settings.network.host, settings.heartbeat.port
+    assert elector is None or isinstance(elector, LeaderElector)  # an answerer's election needs it
     book = HeartbeatBook(
         leases=caches.leases.get,
         leading=(lambda: True) if elector is None else elector.still_leading,
@@ -171,7 +197,7 @@ def _serve_heartbeats(
     return book, server.stop
 
 
-def _stand_by(elector: LeaderElector, host: str, health_port: int, metrics: Metrics) -> bool:
+def _stand_by(elector: Elector, host: str, health_port: int, metrics: Metrics) -> bool:
     """Serve /healthz and campaign until leading (True) or told to stop (False)."""
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}

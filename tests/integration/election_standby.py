@@ -1,0 +1,34 @@
+"""A standby operator's campaign in a process of its own, for the election tests: the test's own
+process may hold its interpreter, and a standby in it would stop with it. Prints `campaigning`,
+then `leading <term>` once it wins, and exits.
+
+    python -m tests.integration.election_standby KUBECONFIG NAMESPACE LEASE_SECONDS
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+from groupops.controller.leader import LeaderElector
+from groupops.controller.settings import ElectionSettings
+from groupops.kubeapi import KubeClient
+
+
+def main() -> None:
+    kubeconfig, namespace, lease_seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    settings = ElectionSettings(
+        namespace=namespace,
+        identity="standby",
+        lease_seconds=lease_seconds,
+        renew_deadline_seconds=lease_seconds * 0.7,
+        retry_seconds=0.25,
+    )
+    elector = LeaderElector(KubeClient.from_environment(kubeconfig=kubeconfig), settings)
+    print("campaigning", flush=True)
+    if elector.acquire(threading.Event()):
+        print(f"leading {elector.term}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
