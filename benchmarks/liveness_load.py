@@ -2052,7 +2052,10 @@ def point(mode: str, count: int, args: argparse.Namespace, workdir: Path) -> dic
         run.crashes(args.crashes, args.crash_timeout)
         run.changes(args.changes, args.crash_timeout)
         run.figures["generator_counts_end"] = generator.call("stats")["counts"]
-        run.figures["operator_rss_mib_end"] = round(ProcessSampler(operator.process.pid).rss_mib(), 1)
+        exit_code = operator.process.poll()  # an operator that lost its election has exited
+        run.figures["operator_exit_code"] = exit_code
+        if exit_code is None:
+            run.figures["operator_rss_mib_end"] = round(ProcessSampler(operator.process.pid).rss_mib(), 1)
         run.figures["operator_log"] = log_problems(operator.log_path)
         if standby is not None:
             run.takeovers(args.takeovers, standby, args.takeover_timeout)
@@ -2179,6 +2182,14 @@ def markdown_table(figures: dict[str, dict[str, Any]]) -> str:
             lambda f: f"{f['steady'].get('operator_main_cpu_ms_per_tick', 'n/a')} ms",
         ),
         ("CPU operator (% of one core)", cpu("operator")),
+        (
+            "operator at the end of the run",
+            lambda f: (
+                "running"
+                if f.get("operator_exit_code") is None
+                else f"exited (code {f['operator_exit_code']})"
+            ),
+        ),
         ("of which its heartbeat process", cpu("heartbeat process")),
         ("CPU kube-apiserver", cpu("kube-apiserver")),
         ("CPU etcd", cpu("etcd")),

@@ -400,8 +400,10 @@ def log_problems(log_path: Path) -> dict[str, Any]:
         "Traceback": sum(1 for line in lines if "Traceback" in line),
         "retry": sum(1 for line in lines if "retry " in line),
         "WARNING": sum(1 for line in lines if "WARNING" in line),
+        "CRITICAL": sum(1 for line in lines if "CRITICAL" in line),
+        "election renewals skipped": sum(1 for line in lines if "not renewing the election Lease" in line),
     }
-    samples = [line for line in lines if "ERROR" in line or "Traceback" in line][:5]
+    samples = [line for line in lines if "ERROR" in line or "Traceback" in line or "CRITICAL" in line][:5]
     return {"counts": counts, "samples": samples}
 
 
