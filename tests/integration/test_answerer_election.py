@@ -1,4 +1,4 @@
-"""The operator's election kept by the answering process (docs/design.md §8.6), on the real API
+"""The operator's election kept by the answering process (docs/design.md §8.1), on the real API
 server, against a standby in a process of its own:
 
 - the operator's main process holding its interpreter for longer than the Lease: with the
@@ -24,6 +24,7 @@ import pytest
 
 from groupops.controller.heartbeat_process import HeartbeatProcess
 from groupops.controller.leader import Elector, LeaderElector
+from groupops.controller.metrics import Metrics
 from groupops.controller.settings import ElectionSettings
 from groupops.kubeapi import KubeClient
 from tests.e2e.waiting import wait_for
@@ -107,7 +108,7 @@ def standby(kube_config: str, namespace: str) -> Iterator[Callable[[], Standby]]
 @pytest.fixture
 def answerer(kube_config: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[HeartbeatProcess]:
     monkeypatch.setenv("KUBECONFIG", kube_config)  # the answering process's own client reads it
-    process = HeartbeatProcess("127.0.0.1", 0)
+    process = HeartbeatProcess("127.0.0.1", 0, metrics=Metrics())
     yield process
     process.stop()
 
@@ -190,11 +191,19 @@ def test_a_silent_main_process_lets_the_lease_run_out_and_the_operator_is_told_w
     assert not election.still_leading()
 
 
-def test_a_step_down_hands_over_at_once(
+def test_a_step_down_hands_over_at_once_and_the_answerers_requests_are_counted(
     namespace: str, answerer: HeartbeatProcess, standby: Callable[[], Standby]
 ) -> None:
+    metrics = answerer.metrics
+    assert metrics is not None
+
+    def renewals() -> float:
+        sample = {"verb": "update", "kind": "Lease"}
+        return metrics.registry.get_sample_value("groupops_operator_api_requests_total", sample) or 0.0
+
     election = answerer.election(settings(namespace), None)
     lost = lead(election)
+    wait_for("a renewal counted in the operator's request metric", lambda: renewals() >= 2, 10, interval=0.05)
     candidate = standby()
     released_at = time.monotonic()
     election.release()

@@ -1,4 +1,4 @@
-"""The operator's leader election kept by the answering process (docs/design.md §8.6).
+"""The operator's leader election kept by the answering process (docs/design.md §8.1).
 
 Why: in the operator's main process the renewal thread shares one interpreter with kopf, the
 reconcile workers and the lag readers. At 1,000 busy policies on a saturated 2-core machine it
@@ -13,7 +13,8 @@ Two halves, one per process, talking over the answerer's pipes:
                         `start_renewing`'s `on_lost`); it sends a pulse every `PULSE_EVERY_S`
     answering process   `ElectionHost`: a `LeaderElector` on a client of its own, which campaigns,
                         renews, and reports ("elected", term, until), ("valid", until) after
-                        every renewal, ("lost", reason), ("released",)
+                        every renewal, ("lost", reason), ("released",), and each API request
+                        it sends ("request", verb, kind), for the operator's request metric
 
 The rules that keep one leader:
 
@@ -49,7 +50,7 @@ PULSE_EVERY_S = 0.25
 PULSE_TIMEOUT_S = 2.0
 """The host renews only while the main process's last pulse is this recent. Eight pulses: a main
 process starved for the interpreter still sends one a second (one small pipe write), while a
-frozen one costs a takeover at most this much more than a frozen pod (docs/design.md §8.6)."""
+frozen one costs a takeover at most this much more than a frozen pod (docs/design.md §8.1)."""
 
 RELEASE_WAIT_S = 5.0
 REPORT_EVERY_S = 0.05
@@ -83,6 +84,7 @@ class ElectionHost:
         except KubeError as e:
             self._send(("error", str(e)))
             return
+        client.count_requests(lambda verb, kind: self._send(("request", verb, kind)))
         self._elector = LeaderElector(client, settings, advertise=advertise)
         self._pulse_timeout_s = pulse_timeout_s
         self._pulse_at = time.monotonic()
@@ -140,8 +142,10 @@ class AnswererElection:
         advertise: str | None,
         *,
         pulse_timeout_s: float = PULSE_TIMEOUT_S,
+        count_request: Callable[[str, str], None] | None = None,
     ) -> None:
         self._send = send
+        self._count_request = count_request
         self._reports = reports
         self._settings = settings
         self._lock = threading.Lock()
@@ -227,6 +231,8 @@ class AnswererElection:
                 self._end(str(args[0]))
             elif kind == "released":
                 self._released.set()
+            elif kind == "request" and self._count_request is not None:
+                self._count_request(*args)  # the main process's API request metric counts them too
 
     def _end(self, reason: str) -> None:
         with self._lock:

@@ -12,7 +12,7 @@ What crosses between the two processes (four one-way pipes, each message a tuple
     operator -> answerer   Lease events (a mirror of the operator's Lease cache, sent in the
                            cache's order), attach/detach of policies, published epochs,
                            maxPollIntervalSeconds, the fence guard's calls; and either the
-                           election's commands and pulses (the election kept here, §8.6,
+                           election's commands and pulses (the election kept here, §8.1,
                            `controller.answerer_election`) or leadership as the operator's own
                            elector has it (its monotonic deadline and the leader's address)
     answerer -> operator   every 0.1 s: the heartbeats granted (identity, moment), progress, the
@@ -116,6 +116,7 @@ class HeartbeatProcess:
     election."""
 
     def __init__(self, host: str, port: int, *, metrics: Metrics | None = None) -> None:
+        self.metrics = metrics
         self._tally = None if metrics is None else MetricsTally(metrics)
         context = multiprocessing.get_context("spawn")  # no fork of a process full of threads
         commands_in, self._commands = context.Pipe(duplex=False)
@@ -186,10 +187,15 @@ class HeartbeatProcess:
     def election(
         self, settings: ElectionSettings, advertise: str | None, *, pulse_timeout_s: float = PULSE_TIMEOUT_S
     ) -> AnswererElection:
-        """Campaign and renew in the answering process (docs/design.md §8.6); the answerer then
+        """Campaign and renew in the answering process (docs/design.md §8.1); the answerer then
         grants on that election's own deadline, and `start_leadership` is not called."""
         return AnswererElection(
-            self._send, self._election_reports, settings, advertise, pulse_timeout_s=pulse_timeout_s
+            self._send,
+            self._election_reports,
+            settings,
+            advertise,
+            pulse_timeout_s=pulse_timeout_s,
+            count_request=None if self.metrics is None else self.metrics.count_request,
         )
 
     def start_leadership(

@@ -59,7 +59,7 @@ class _Synced(Protocol):
 
 class Elector(Protocol):
     """What `controller.main` asks of an election: `LeaderElector` in the operator's process, or
-    `controller.answerer_election.AnswererElection` kept by the answering process (§8.6)."""
+    `controller.answerer_election.AnswererElection` kept by the answering process (§8.1)."""
 
     term: int
 

@@ -97,7 +97,7 @@ def run_operator(settings: Settings, *, verbose: bool = False) -> None:
     elector: Elector | None = None
     if settings.election is not None:
         advertise = None if settings.heartbeat is None else settings.heartbeat.advertise
-        if answerer is not None:  # renewals away from the reconciles' interpreter (design §8.6)
+        if answerer is not None:  # renewals away from the reconciles' interpreter (design §8.1)
             elector = answerer.election(settings.election, advertise)
         else:
             elector = LeaderElector(client, settings.election, advertise=advertise)
@@ -178,7 +178,7 @@ def _serve_heartbeats(
         return None
     if answerer is not None:
         answerer.mirror_leases(caches.leases.listen_from_here)
-        if elector is None:  # an election of its own tells the answerer itself (design §8.6)
+        if elector is None:  # an election of its own tells the answerer itself (design §8.1)
             answerer.start_leadership(lambda: math.inf, lambda: None)
         return answerer, answerer.stop
     host, port = settings.network.host, settings.heartbeat.port
