@@ -1463,6 +1463,50 @@ def operator_counters(metrics_port: int) -> dict[str, float]:
     return sums
 
 
+WAIT_HISTOGRAMS = {
+    "urgent run wait": ("groupops_operator_run_wait_seconds_bucket", {"lane": "urgent"}),
+    "routine run wait": ("groupops_operator_run_wait_seconds_bucket", {"lane": "routine"}),
+    "event loop lag": ("groupops_operator_event_loop_lag_seconds_bucket", {}),
+}
+"""The operator's waits (docs/design.md §8.5): for a run's worker, by lane, and kopf's loop's lag."""
+
+
+def operator_waits(metrics_port: int) -> dict[str, dict[float, float]]:
+    """Each of WAIT_HISTOGRAMS as cumulative bucket counts {upper bound: count} ({} when the
+    scrape failed or the operator does not have it)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=30) as response:
+            text = response.read().decode()
+    except OSError as e:
+        print(f"  scraping the operator's metrics failed: {e}", flush=True)
+        return {}
+    found: dict[str, dict[float, float]] = {}
+    for name, (metric, wanted) in WAIT_HISTOGRAMS.items():
+        buckets = {
+            float(labels["le"]): value
+            for labels, value in samples(text, metric)
+            if all(labels.get(k) == v for k, v in wanted.items())
+        }
+        if buckets:
+            found[name] = buckets
+    return found
+
+
+def wait_quantiles(before: dict[float, float], after: dict[float, float]) -> dict[str, Any]:
+    """Between two scrapes of one histogram: how many, and the bucket bounds that hold the
+    median, the 95th percentile and the largest (a bound, not a measured value)."""
+    delta = sorted((bound, after[bound] - before.get(bound, 0.0)) for bound in after)
+    count = delta[-1][1] if delta else 0.0
+
+    def bound_of(q: float) -> float | None:
+        for bound, cumulative in delta:
+            if count and cumulative >= q * count:
+                return bound
+        return None
+
+    return {"n": int(count), "p50_le": bound_of(0.5), "p95_le": bound_of(0.95), "max_le": bound_of(1.0)}
+
+
 def per_reconcile_ms(cpu_percent: dict[str, float], reconciles_per_s: float) -> float | None:
     """CPU of the operator's main process (its answering process left out) per reconcile, ms."""
     if reconciles_per_s <= 0:
@@ -2049,8 +2093,13 @@ def point(mode: str, count: int, args: argparse.Namespace, workdir: Path) -> dic
         print(f"  created {count} policies in {run.figures['create_s']} s", flush=True)
         run.settle(args.setup_timeout)
         run.steady(args.steady)
+        waits_before = operator_waits(run.metrics_port)
         run.crashes(args.crashes, args.crash_timeout)
         run.changes(args.changes, args.crash_timeout)
+        waits_after = operator_waits(run.metrics_port)
+        run.figures["waits_in_crashes_and_changes"] = {
+            name: wait_quantiles(waits_before.get(name, {}), after) for name, after in waits_after.items()
+        }
         run.figures["generator_counts_end"] = generator.call("stats")["counts"]
         exit_code = operator.process.poll()  # an operator that lost its election has exited
         run.figures["operator_exit_code"] = exit_code
@@ -2070,6 +2119,12 @@ def point(mode: str, count: int, args: argparse.Namespace, workdir: Path) -> dic
 
 def markdown_table(figures: dict[str, dict[str, Any]]) -> str:
     """The RESULTS.md table: one row per measure, one column per (mode, N)."""
+
+    def waits(f: dict[str, Any], name: str) -> str:
+        found = (f.get("waits_in_crashes_and_changes") or {}).get(name)
+        if not found or not found["n"]:
+            return "n/a"
+        return f"<= {found['p50_le']} / {found['p95_le']} / {found['max_le']} s (n={found['n']})"
 
     def setup(f: dict[str, Any]) -> str:
         done = f["setup"]
@@ -2182,6 +2237,15 @@ def markdown_table(figures: dict[str, dict[str, Any]]) -> str:
             lambda f: f"{f['steady'].get('operator_main_cpu_ms_per_tick', 'n/a')} ms",
         ),
         ("CPU operator (% of one core)", cpu("operator")),
+        (
+            "during crashes and changes: urgent run's wait for a worker, p50 / p95 / max (bucket bounds)",
+            lambda f: waits(f, "urgent run wait"),
+        ),
+        (
+            "... routine run's wait for a worker, p50 / p95 / max",
+            lambda f: waits(f, "routine run wait"),
+        ),
+        ("... kopf's event loop lag, p50 / p95 / max", lambda f: waits(f, "event loop lag")),
         (
             "operator at the end of the run",
             lambda f: (

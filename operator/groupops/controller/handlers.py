@@ -120,6 +120,9 @@ def delete_owned(deps: Deps, namespace: str, policy: str) -> int:
     return deleted
 
 
+_LOOP_LAG_SAMPLE_S = 0.5
+
+
 def build_registry(deps: Deps) -> kopf.OperatorRegistry:
     """A registry with every handler of the operator, bound to `deps`."""
     registry = kopf.OperatorRegistry()
@@ -148,7 +151,11 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
     urgent_pool = ThreadPoolExecutor(
         max_workers=settings.reconcile.urgent_workers, thread_name_prefix="reconcile-urgent"
     )
-    lanes = Lanes(routine=pool, urgent=urgent_pool)
+    lanes = Lanes(
+        routine=pool,
+        urgent=urgent_pool,
+        waited=lambda lane, seconds: deps.metrics.run_wait_seconds.labels(lane).observe(seconds),
+    )
     sweep: SettledSweep[PolicyMemory, SettledCheck, TakenLag] = SettledSweep(
         tick_s=settings.reconcile.tick_seconds,
         executor=ThreadPoolExecutor(max_workers=1, thread_name_prefix="settled-sweep"),
@@ -455,8 +462,27 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
         deps.caches.pods.add_listener(pod_from_watch_thread)
         pod_listeners.append(pod_from_watch_thread)
 
+    samplers: list[asyncio.Task[None]] = []
+
+    @kopf.on.startup(registry=registry)
+    async def sample_loop_lag(**_: Any) -> None:
+        """How late kopf's loop runs a timer, every `_LOOP_LAG_SAMPLE_S`: every watch event and
+        wake-up reaches a policy's loop through it (groupops_operator_event_loop_lag_seconds)."""
+
+        async def sample() -> None:
+            while True:
+                asked = time.monotonic()
+                await asyncio.sleep(_LOOP_LAG_SAMPLE_S)
+                late = time.monotonic() - asked - _LOOP_LAG_SAMPLE_S
+                deps.metrics.event_loop_lag_seconds.observe(max(0.0, late))
+
+        samplers.append(asyncio.create_task(sample(), name="event loop lag"))
+
     @kopf.on.cleanup(registry=registry)
     async def stop_everything(**_: Any) -> None:
+        for sampler in samplers:
+            sampler.cancel()
+        samplers.clear()
         if deps.caches is not None:
             for listener in lease_listeners:
                 deps.caches.leases.remove_listener(listener)

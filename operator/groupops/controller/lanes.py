@@ -18,7 +18,7 @@ import math
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from groupops.controller.wakeup import Wakeup, expiry_due, next_wake
@@ -41,11 +41,15 @@ class Ran(Generic[T]):
 
 @dataclass(frozen=True, slots=True)
 class Lanes:
+    """`waited(lane, seconds)` is told how long each run waited for a worker of its lane
+    ("routine" or "urgent"; a promoted run counts in both, for each wait)."""
+
     routine: Executor
     urgent: Executor
+    waited: Callable[[str, float], None] = field(default=lambda lane, seconds: None)
 
     async def run_urgent(self, call: Callable[[], T]) -> Ran[T]:
-        return await _run_in(self.urgent, call, promoted=False)
+        return await _run_in(self.urgent, call, promoted=False, waited=self.waited)
 
     async def run_routine(
         self,
@@ -65,6 +69,7 @@ class Lanes:
 
         def timed() -> T:
             started_at.append(time.monotonic())
+            self.waited("routine", started_at[0] - queued_at)
             return call()
 
         queued = self.routine.submit(timed)
@@ -84,7 +89,8 @@ class Lanes:
             if not (woken or expiry_due(now=time.monotonic(), clock=clock, judged_until=queued_at)):
                 continue  # the Lease we woke for was renewed meanwhile
             if queued.cancel():
-                return await _run_in(self.urgent, promoted or call, promoted=True)
+                self.waited("routine", time.monotonic() - queued_at)
+                return await _run_in(self.urgent, promoted or call, promoted=True, waited=self.waited)
             if woken:
                 wakeup.poke()
             break  # it already runs: the loop judges what came after its start
@@ -92,9 +98,14 @@ class Lanes:
         return Ran(result, started_at[0])
 
 
-async def _run_in(executor: Executor, call: Callable[[], T], *, promoted: bool) -> Ran[T]:
+async def _run_in(
+    executor: Executor, call: Callable[[], T], *, promoted: bool, waited: Callable[[str, float], None]
+) -> Ran[T]:
+    submitted = time.monotonic()
+
     def timed() -> tuple[T, float]:
         started = time.monotonic()
+        waited("urgent", started - submitted)
         return call(), started
 
     result, started = await asyncio.get_running_loop().run_in_executor(executor, timed)

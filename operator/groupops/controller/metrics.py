@@ -109,6 +109,22 @@ class Metrics:
             labels,
             registry=self.registry,
         )
+        self.run_wait_seconds = Histogram(
+            "groupops_operator_run_wait_seconds",
+            "How long a policy's run waited for a worker of its lane (routine: the tick's runs; "
+            "urgent: runs a Lease, a Pod or the spec woke, docs/design.md §8.3). Urgent waits of "
+            "seconds mean failover is waiting for the operator, not for the replicas.",
+            ("lane",),
+            buckets=(0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0),
+            registry=self.registry,
+        )
+        self.event_loop_lag_seconds = Histogram(
+            "groupops_operator_event_loop_lag_seconds",
+            "How late the event loop that carries every watch event and wake-up to the policies' "
+            "loops ran a timer (sampled every 0.5 s); seconds here delay every failover.",
+            buckets=(0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0),
+            registry=self.registry,
+        )
         self.reconciles_skipped = Counter(
             "groupops_reconciles_skipped",
             "Routine runs (the tick's) of a settled policy that found nothing changed and stopped "

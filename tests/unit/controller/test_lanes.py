@@ -206,3 +206,47 @@ def test_a_late_lag_read_leaves_a_queued_run_in_the_routine_lane(lanes: Lanes) -
     assert ran is not None
     assert ran.result.startswith("routine") and not ran.promoted
     assert wakeup.lag_landed.is_set(), "the loop takes the news for its next routine run"
+
+
+def test_each_wait_for_a_worker_is_reported_by_lane() -> None:
+    """A routine run behind a held worker waits there, is promoted by a wake-up and waits again
+    for the urgent lane's worker, also held: both waits are told, each with its own lane."""
+    routine = ThreadPoolExecutor(max_workers=1, thread_name_prefix="routine")
+    urgent = ThreadPoolExecutor(max_workers=1, thread_name_prefix="urgent")
+    waits: list[tuple[str, float]] = []
+    lanes = Lanes(routine=routine, urgent=urgent, waited=lambda lane, seconds: waits.append((lane, seconds)))
+    release_routine = hold(lanes)
+    release_urgent = threading.Event()
+    urgent.submit(release_urgent.wait, _WAIT_S)
+    wakeup = Wakeup()
+
+    async def scenario(stopping: asyncio.Future[Any]) -> Ran[str] | None:
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.2, wakeup.poke)
+        loop.call_later(0.5, release_urgent.set)
+        return await lanes.run_routine(thread_name, wakeup=wakeup, clock=LeaseClock(), stopping=stopping)
+
+    try:
+        ran = run_scenario(scenario)
+    finally:
+        release_routine.set()
+        release_urgent.set()
+        routine.shutdown(wait=True, cancel_futures=True)
+        urgent.shutdown(wait=True, cancel_futures=True)
+    assert ran is not None and ran.promoted
+    assert [lane for lane, _ in waits] == ["routine", "urgent"]
+    routine_wait, urgent_wait = (seconds for _, seconds in waits)
+    assert 0.15 <= routine_wait < _WAIT_S, "queued until the wake-up"
+    assert 0.2 <= urgent_wait < _WAIT_S, "waited for the held urgent worker"
+
+
+def test_an_urgent_run_on_a_free_worker_reports_a_short_wait(lanes: Lanes) -> None:
+    waits: list[tuple[str, float]] = []
+    timed = Lanes(routine=lanes.routine, urgent=lanes.urgent, waited=lambda lane, s: waits.append((lane, s)))
+
+    async def scenario(stopping: asyncio.Future[Any]) -> Ran[str]:
+        return await timed.run_urgent(thread_name)
+
+    ran = run_scenario(scenario)
+    assert ran.result.startswith("urgent")
+    assert len(waits) == 1 and waits[0][0] == "urgent" and 0 <= waits[0][1] < 1.0
