@@ -42,9 +42,10 @@ import kopf
 from groupops.controller.cache import Listener
 from groupops.controller.conflicts import PolicyKey, WakeListener
 from groupops.controller.identities import observe_lease
-from groupops.controller.lanes import Lanes
+from groupops.controller.lanes import FAILOVER, WOKEN, Lanes
 from groupops.controller.lease_records import LEASE_RECORDS
 from groupops.controller.names import API_GROUP, API_VERSION, LABEL_POLICY, PLURAL, owned_selector
+from groupops.controller.priority_pool import PriorityExecutor
 from groupops.controller.reconcile import (
     LAG_WAIT_S,
     Deps,
@@ -148,9 +149,7 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
         return info
 
     pool = ThreadPoolExecutor(max_workers=settings.reconcile.workers, thread_name_prefix="reconcile")
-    urgent_pool = ThreadPoolExecutor(
-        max_workers=settings.reconcile.urgent_workers, thread_name_prefix="reconcile-urgent"
-    )
+    urgent_pool = PriorityExecutor(settings.reconcile.urgent_workers, thread_name_prefix="reconcile-urgent")
     lanes = Lanes(
         routine=pool,
         urgent=urgent_pool,
@@ -262,7 +261,8 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
                 lag_news.cancel()
                 if entry.stopped.is_set():
                     break
-                urgent = woken or expiry_due(now=now, clock=memory.clock, judged_until=judged_until)
+                expired = expiry_due(now=now, clock=memory.clock, judged_until=judged_until)
+                urgent = woken or expired
                 if not (urgent or due):
                     continue  # the Lease we woke for was renewed meanwhile
                 landed.clear()  # the run about to start reads lag afresh
@@ -273,8 +273,9 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
                 def tick_run(taken: TakenLag | None = pretaken) -> float | None:
                     return run_in_loop(entry.body, memory, taken)
 
+                failover = urgent and (memory.wakeup.take_failover_news() or expired)
                 ran = await (
-                    lanes.run_urgent(run)
+                    lanes.run_urgent(run, priority=FAILOVER if failover else WOKEN)
                     if urgent
                     else lanes.run_routine(
                         tick_run, wakeup=memory.wakeup, clock=memory.clock, stopping=stopping, promoted=run

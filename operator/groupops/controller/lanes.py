@@ -21,10 +21,16 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from groupops.controller.priority_pool import PriorityExecutor
 from groupops.controller.wakeup import Wakeup, expiry_due, next_wake
 from groupops.planner.handoff import LeaseClock
 
-__all__ = ["Lanes", "Ran"]
+__all__ = ["FAILOVER", "WOKEN", "Lanes", "Ran"]
+
+FAILOVER = 0
+"""The urgent lane's first: a consumer container started or ended, or a held Lease ran out."""
+WOKEN = 1
+"""Every other wake-up: a Lease report (an acknowledgement, a release), the spec, a claim."""
 
 T = TypeVar("T")
 
@@ -48,8 +54,8 @@ class Lanes:
     urgent: Executor
     waited: Callable[[str, float], None] = field(default=lambda lane, seconds: None)
 
-    async def run_urgent(self, call: Callable[[], T]) -> Ran[T]:
-        return await _run_in(self.urgent, call, promoted=False, waited=self.waited)
+    async def run_urgent(self, call: Callable[[], T], *, priority: int = WOKEN) -> Ran[T]:
+        return await _run_in(self.urgent, call, promoted=False, waited=self.waited, priority=priority)
 
     async def run_routine(
         self,
@@ -86,11 +92,15 @@ class Lanes:
                 if queued.cancel():
                     return None
                 break  # it runs: let it finish
-            if not (woken or expiry_due(now=time.monotonic(), clock=clock, judged_until=queued_at)):
+            expired = expiry_due(now=time.monotonic(), clock=clock, judged_until=queued_at)
+            if not (woken or expired):
                 continue  # the Lease we woke for was renewed meanwhile
             if queued.cancel():
                 self.waited("routine", time.monotonic() - queued_at)
-                return await _run_in(self.urgent, promoted or call, promoted=True, waited=self.waited)
+                priority = FAILOVER if wakeup.take_failover_news() or expired else WOKEN
+                return await _run_in(
+                    self.urgent, promoted or call, promoted=True, waited=self.waited, priority=priority
+                )
             if woken:
                 wakeup.poke()
             break  # it already runs: the loop judges what came after its start
@@ -99,7 +109,12 @@ class Lanes:
 
 
 async def _run_in(
-    executor: Executor, call: Callable[[], T], *, promoted: bool, waited: Callable[[str, float], None]
+    executor: Executor,
+    call: Callable[[], T],
+    *,
+    promoted: bool,
+    waited: Callable[[str, float], None],
+    priority: int,
 ) -> Ran[T]:
     submitted = time.monotonic()
 
@@ -108,5 +123,9 @@ async def _run_in(
         waited("urgent", started - submitted)
         return call(), started
 
-    result, started = await asyncio.get_running_loop().run_in_executor(executor, timed)
+    if isinstance(executor, PriorityExecutor):
+        queued = executor.submit_at(priority, timed)
+    else:
+        queued = executor.submit(timed)
+    result, started = await asyncio.wrap_future(queued)
     return Ran(result, started, promoted)

@@ -93,6 +93,9 @@ class Wakeup:
     fingerprints: dict[str, LeaseFingerprint | None] = field(default_factory=dict)
     containers: dict[str, tuple[str, float | None]] = field(default_factory=dict)
     """Pod name -> (UID, the consumer container's latest start or end) as last seen."""
+    failover_news: bool = False
+    """A consumer container started or ended since the loop last took its news
+    (`take_failover_news`): the run it wakes starts before other urgent runs (§8.3)."""
     _event: asyncio.Event | None = None
     _lag_landed: asyncio.Event | None = None
 
@@ -123,6 +126,7 @@ class Wakeup:
         self.containers[name] = seen
         if seen[1] is None or before == seen:
             return False
+        self.failover_news = True
         self.event.set()
         return True
 
@@ -137,8 +141,14 @@ class Wakeup:
             self.containers[str(meta.get("name"))] = (str(meta.get("uid")), boundary)
             recent = recent or _recent(boundary, now)
         if recent:
+            self.failover_news = True
             self.event.set()
         return recent
+
+    def take_failover_news(self) -> bool:
+        """Whether a container started or ended since the last call (and forget it)."""
+        news, self.failover_news = self.failover_news, False
+        return news
 
     def poke(self) -> None:
         self.event.set()

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from groupops.controller.lanes import Lanes, Ran
+from groupops.controller.lanes import FAILOVER, WOKEN, Lanes, Ran
+from groupops.controller.priority_pool import PriorityExecutor
 from groupops.controller.wakeup import Wakeup
 from groupops.model import MemberId
 from groupops.planner.handoff import LeaseClock
@@ -250,3 +251,43 @@ def test_an_urgent_run_on_a_free_worker_reports_a_short_wait(lanes: Lanes) -> No
     ran = run_scenario(scenario)
     assert ran.result.startswith("urgent")
     assert len(waits) == 1 and waits[0][0] == "urgent" and 0 <= waits[0][1] < 1.0
+
+
+def test_a_run_a_container_exit_promoted_starts_before_urgent_runs_queued_earlier() -> None:
+    """The urgent lane jammed by plan acknowledgements: a crash's run, promoted out of the routine
+    queue by the Pod event, starts first once a worker frees (design §8.3)."""
+    routine = ThreadPoolExecutor(max_workers=1, thread_name_prefix="routine")
+    urgent = PriorityExecutor(1, thread_name_prefix="urgent")
+    lanes = Lanes(routine=routine, urgent=urgent)
+    release_routine = hold(lanes)
+    release_urgent = threading.Event()
+    urgent.submit_at(FAILOVER, lambda: release_urgent.wait(_WAIT_S))
+    order: list[str] = []
+    wakeup = Wakeup()
+    exited = {"terminated": {"finishedAt": "2026-11-29T10:00:00Z"}}
+    pod = {
+        "metadata": {"name": "orders-0", "uid": "u1"},
+        "status": {"containerStatuses": [{"name": "consumer", "state": exited}]},
+    }
+
+    async def scenario(stopping: asyncio.Future[Any]) -> list[Ran[None] | None]:
+        loop = asyncio.get_running_loop()
+        acks = [lanes.run_urgent(lambda i=i: order.append(f"ack {i}"), priority=WOKEN) for i in range(3)]
+        acked = [asyncio.ensure_future(ack) for ack in acks]
+        await asyncio.sleep(0.1)  # the acknowledgements are queued first
+        loop.call_later(0.1, wakeup.note_pod, "orders-0", pod)
+        loop.call_later(0.4, release_urgent.set)
+        crash = await lanes.run_routine(
+            lambda: order.append("crash"), wakeup=wakeup, clock=LeaseClock(), stopping=stopping
+        )
+        return [crash, *await asyncio.gather(*acked)]
+
+    try:
+        ran = run_scenario(scenario)
+    finally:
+        release_routine.set()
+        release_urgent.set()
+        routine.shutdown(wait=True, cancel_futures=True)
+        urgent.shutdown(wait=True, cancel_futures=True)
+    assert ran[0] is not None and ran[0].promoted
+    assert order == ["crash", "ack 0", "ack 1", "ack 2"]
