@@ -1463,9 +1463,13 @@ def operator_counters(metrics_port: int) -> dict[str, float]:
     return sums
 
 
+_RUN_WAIT = "groupops_operator_run_wait_seconds_bucket"
 WAIT_HISTOGRAMS = {
-    "urgent run wait": ("groupops_operator_run_wait_seconds_bucket", {"lane": "urgent"}),
-    "routine run wait": ("groupops_operator_run_wait_seconds_bucket", {"lane": "routine"}),
+    "urgent run wait": (_RUN_WAIT, {"lane": "urgent"}),
+    "urgent run wait (container)": (_RUN_WAIT, {"lane": "urgent", "cause": "container"}),
+    "urgent run wait (expiry)": (_RUN_WAIT, {"lane": "urgent", "cause": "expiry"}),
+    "urgent run wait (woken)": (_RUN_WAIT, {"lane": "urgent", "cause": "woken"}),
+    "routine run wait": (_RUN_WAIT, {"lane": "routine"}),
     "event loop lag": ("groupops_operator_event_loop_lag_seconds_bucket", {}),
 }
 """The operator's waits (docs/design.md §8.5): for a run's worker, by lane, and kopf's loop's lag."""
@@ -1482,11 +1486,10 @@ def operator_waits(metrics_port: int) -> dict[str, dict[float, float]]:
         return {}
     found: dict[str, dict[float, float]] = {}
     for name, (metric, wanted) in WAIT_HISTOGRAMS.items():
-        buckets = {
-            float(labels["le"]): value
-            for labels, value in samples(text, metric)
-            if all(labels.get(k) == v for k, v in wanted.items())
-        }
+        buckets: dict[float, float] = {}
+        for labels, value in samples(text, metric):  # summed over the labels not asked for
+            if all(labels.get(k) == v for k, v in wanted.items()):
+                buckets[float(labels["le"])] = buckets.get(float(labels["le"]), 0.0) + value
         if buckets:
             found[name] = buckets
     return found
@@ -2241,6 +2244,12 @@ def markdown_table(figures: dict[str, dict[str, Any]]) -> str:
             "during crashes and changes: urgent run's wait for a worker, p50 / p95 / max (bucket bounds)",
             lambda f: waits(f, "urgent run wait"),
         ),
+        ("... of which a container's start or end woke", lambda f: waits(f, "urgent run wait (container)")),
+        (
+            "... of which an expiry on the policy's clock made due",
+            lambda f: waits(f, "urgent run wait (expiry)"),
+        ),
+        ("... of which anything else woke", lambda f: waits(f, "urgent run wait (woken)")),
         (
             "... routine run's wait for a worker, p50 / p95 / max",
             lambda f: waits(f, "routine run wait"),

@@ -42,7 +42,7 @@ import kopf
 from groupops.controller.cache import Listener
 from groupops.controller.conflicts import PolicyKey, WakeListener
 from groupops.controller.identities import observe_lease
-from groupops.controller.lanes import FAILOVER, WOKEN, Lanes
+from groupops.controller.lanes import Lanes, urgent_cause
 from groupops.controller.lease_records import LEASE_RECORDS
 from groupops.controller.names import API_GROUP, API_VERSION, LABEL_POLICY, PLURAL, owned_selector
 from groupops.controller.priority_pool import PriorityExecutor
@@ -153,7 +153,9 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
     lanes = Lanes(
         routine=pool,
         urgent=urgent_pool,
-        waited=lambda lane, seconds: deps.metrics.run_wait_seconds.labels(lane).observe(seconds),
+        waited=lambda lane, cause, seconds: deps.metrics.run_wait_seconds.labels(lane, cause).observe(
+            seconds
+        ),
     )
     sweep: SettledSweep[PolicyMemory, SettledCheck, TakenLag] = SettledSweep(
         tick_s=settings.reconcile.tick_seconds,
@@ -273,9 +275,8 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
                 def tick_run(taken: TakenLag | None = pretaken) -> float | None:
                     return run_in_loop(entry.body, memory, taken)
 
-                failover = urgent and (memory.wakeup.take_failover_news() or expired)
                 ran = await (
-                    lanes.run_urgent(run, priority=FAILOVER if failover else WOKEN)
+                    lanes.run_urgent(run, cause=urgent_cause(memory.wakeup, expired=expired))
                     if urgent
                     else lanes.run_routine(
                         tick_run, wakeup=memory.wakeup, clock=memory.clock, stopping=stopping, promoted=run

@@ -25,12 +25,26 @@ from groupops.controller.priority_pool import PriorityExecutor
 from groupops.controller.wakeup import Wakeup, expiry_due, next_wake
 from groupops.planner.handoff import LeaseClock
 
-__all__ = ["FAILOVER", "WOKEN", "Lanes", "Ran"]
+__all__ = ["CONTAINER", "EXPIRY", "TICK", "WOKEN", "Lanes", "Ran", "urgent_cause"]
 
-FAILOVER = 0
-"""The urgent lane's first: a consumer container started or ended, or a held Lease ran out."""
-WOKEN = 1
-"""Every other wake-up: a Lease report (an acknowledgement, a release), the spec, a claim."""
+CONTAINER = "container"
+"""An urgent run's cause: a consumer container started or ended (the kubelet's report of a
+crash). The urgent lane starts these first (design §8.3)."""
+EXPIRY = "expiry"
+"""A held Lease ran out by the policy's clock."""
+WOKEN = "woken"
+"""Any other wake-up: a Lease report (an acknowledgement, a release), the spec, a claim."""
+TICK = "tick"
+"""A routine run's cause: the tick."""
+_PRIORITY = {CONTAINER: 0, EXPIRY: 1, WOKEN: 1}
+
+
+def urgent_cause(wakeup: Wakeup, *, expired: bool) -> str:
+    """Why a run is urgent: a container's news first (taken from `wakeup`), then an expiry."""
+    if wakeup.take_container_news():
+        return CONTAINER
+    return EXPIRY if expired else WOKEN
+
 
 T = TypeVar("T")
 
@@ -47,15 +61,15 @@ class Ran(Generic[T]):
 
 @dataclass(frozen=True, slots=True)
 class Lanes:
-    """`waited(lane, seconds)` is told how long each run waited for a worker of its lane
+    """`waited(lane, cause, seconds)` is told how long each run waited for a worker of its lane
     ("routine" or "urgent"; a promoted run counts in both, for each wait)."""
 
     routine: Executor
     urgent: Executor
-    waited: Callable[[str, float], None] = field(default=lambda lane, seconds: None)
+    waited: Callable[[str, str, float], None] = field(default=lambda lane, cause, seconds: None)
 
-    async def run_urgent(self, call: Callable[[], T], *, priority: int = WOKEN) -> Ran[T]:
-        return await _run_in(self.urgent, call, promoted=False, waited=self.waited, priority=priority)
+    async def run_urgent(self, call: Callable[[], T], *, cause: str = WOKEN) -> Ran[T]:
+        return await _run_in(self.urgent, call, promoted=False, waited=self.waited, cause=cause)
 
     async def run_routine(
         self,
@@ -75,7 +89,7 @@ class Lanes:
 
         def timed() -> T:
             started_at.append(time.monotonic())
-            self.waited("routine", started_at[0] - queued_at)
+            self.waited("routine", TICK, started_at[0] - queued_at)
             return call()
 
         queued = self.routine.submit(timed)
@@ -96,10 +110,10 @@ class Lanes:
             if not (woken or expired):
                 continue  # the Lease we woke for was renewed meanwhile
             if queued.cancel():
-                self.waited("routine", time.monotonic() - queued_at)
-                priority = FAILOVER if wakeup.take_failover_news() or expired else WOKEN
+                self.waited("routine", TICK, time.monotonic() - queued_at)
+                cause = urgent_cause(wakeup, expired=expired)
                 return await _run_in(
-                    self.urgent, promoted or call, promoted=True, waited=self.waited, priority=priority
+                    self.urgent, promoted or call, promoted=True, waited=self.waited, cause=cause
                 )
             if woken:
                 wakeup.poke()
@@ -113,18 +127,18 @@ async def _run_in(
     call: Callable[[], T],
     *,
     promoted: bool,
-    waited: Callable[[str, float], None],
-    priority: int,
+    waited: Callable[[str, str, float], None],
+    cause: str,
 ) -> Ran[T]:
     submitted = time.monotonic()
 
     def timed() -> tuple[T, float]:
         started = time.monotonic()
-        waited("urgent", started - submitted)
+        waited("urgent", cause, started - submitted)
         return call(), started
 
     if isinstance(executor, PriorityExecutor):
-        queued = executor.submit_at(priority, timed)
+        queued = executor.submit_at(_PRIORITY[cause], timed)
     else:
         queued = executor.submit(timed)
     result, started = await asyncio.wrap_future(queued)

@@ -112,9 +112,11 @@ class Metrics:
         self.run_wait_seconds = Histogram(
             "groupops_operator_run_wait_seconds",
             "How long a policy's run waited for a worker of its lane (routine: the tick's runs; "
-            "urgent: runs a Lease, a Pod or the spec woke, docs/design.md §8.3). Urgent waits of "
-            "seconds mean failover is waiting for the operator, not for the replicas.",
-            ("lane",),
+            "urgent: runs a Lease, a Pod or the spec woke, docs/design.md §8.3), by cause "
+            "(tick; container: a consumer container started or ended; expiry: a held Lease ran "
+            "out by the policy's clock; woken: anything else). Urgent waits of seconds mean "
+            "failover is waiting for the operator, not for the replicas.",
+            ("lane", "cause"),
             buckets=(0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0),
             registry=self.registry,
         )

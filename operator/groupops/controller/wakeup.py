@@ -93,9 +93,9 @@ class Wakeup:
     fingerprints: dict[str, LeaseFingerprint | None] = field(default_factory=dict)
     containers: dict[str, tuple[str, float | None]] = field(default_factory=dict)
     """Pod name -> (UID, the consumer container's latest start or end) as last seen."""
-    failover_news: bool = False
+    container_news: bool = False
     """A consumer container started or ended since the loop last took its news
-    (`take_failover_news`): the run it wakes starts before other urgent runs (§8.3)."""
+    (`take_container_news`): the run it wakes starts before other urgent runs (§8.3)."""
     _event: asyncio.Event | None = None
     _lag_landed: asyncio.Event | None = None
 
@@ -126,7 +126,7 @@ class Wakeup:
         self.containers[name] = seen
         if seen[1] is None or before == seen:
             return False
-        self.failover_news = True
+        self.container_news = True
         self.event.set()
         return True
 
@@ -141,13 +141,13 @@ class Wakeup:
             self.containers[str(meta.get("name"))] = (str(meta.get("uid")), boundary)
             recent = recent or _recent(boundary, now)
         if recent:
-            self.failover_news = True
+            self.container_news = True
             self.event.set()
         return recent
 
-    def take_failover_news(self) -> bool:
+    def take_container_news(self) -> bool:
         """Whether a container started or ended since the last call (and forget it)."""
-        news, self.failover_news = self.failover_news, False
+        news, self.container_news = self.container_news, False
         return news
 
     def poke(self) -> None:

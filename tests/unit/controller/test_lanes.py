@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from groupops.controller.lanes import FAILOVER, WOKEN, Lanes, Ran
+from groupops.controller.lanes import CONTAINER, EXPIRY, TICK, WOKEN, Lanes, Ran
 from groupops.controller.priority_pool import PriorityExecutor
 from groupops.controller.wakeup import Wakeup
 from groupops.model import MemberId
@@ -215,7 +215,13 @@ def test_each_wait_for_a_worker_is_reported_by_lane() -> None:
     routine = ThreadPoolExecutor(max_workers=1, thread_name_prefix="routine")
     urgent = ThreadPoolExecutor(max_workers=1, thread_name_prefix="urgent")
     waits: list[tuple[str, float]] = []
-    lanes = Lanes(routine=routine, urgent=urgent, waited=lambda lane, seconds: waits.append((lane, seconds)))
+    causes: list[str] = []
+
+    def waited(lane: str, cause: str, seconds: float) -> None:
+        waits.append((lane, seconds))
+        causes.append(cause)
+
+    lanes = Lanes(routine=routine, urgent=urgent, waited=waited)
     release_routine = hold(lanes)
     release_urgent = threading.Event()
     urgent.submit(release_urgent.wait, _WAIT_S)
@@ -236,6 +242,7 @@ def test_each_wait_for_a_worker_is_reported_by_lane() -> None:
         urgent.shutdown(wait=True, cancel_futures=True)
     assert ran is not None and ran.promoted
     assert [lane for lane, _ in waits] == ["routine", "urgent"]
+    assert causes == [TICK, WOKEN], "a poke is neither a container's news nor an expiry"
     routine_wait, urgent_wait = (seconds for _, seconds in waits)
     assert 0.15 <= routine_wait < _WAIT_S, "queued until the wake-up"
     assert 0.2 <= urgent_wait < _WAIT_S, "waited for the held urgent worker"
@@ -243,7 +250,9 @@ def test_each_wait_for_a_worker_is_reported_by_lane() -> None:
 
 def test_an_urgent_run_on_a_free_worker_reports_a_short_wait(lanes: Lanes) -> None:
     waits: list[tuple[str, float]] = []
-    timed = Lanes(routine=lanes.routine, urgent=lanes.urgent, waited=lambda lane, s: waits.append((lane, s)))
+    timed = Lanes(
+        routine=lanes.routine, urgent=lanes.urgent, waited=lambda lane, cause, s: waits.append((lane, s))
+    )
 
     async def scenario(stopping: asyncio.Future[Any]) -> Ran[str]:
         return await timed.run_urgent(thread_name)
@@ -258,10 +267,11 @@ def test_a_run_a_container_exit_promoted_starts_before_urgent_runs_queued_earlie
     queue by the Pod event, starts first once a worker frees (design §8.3)."""
     routine = ThreadPoolExecutor(max_workers=1, thread_name_prefix="routine")
     urgent = PriorityExecutor(1, thread_name_prefix="urgent")
-    lanes = Lanes(routine=routine, urgent=urgent)
+    started: list[tuple[str, str]] = []
+    lanes = Lanes(routine=routine, urgent=urgent, waited=lambda lane, cause, _: started.append((lane, cause)))
     release_routine = hold(lanes)
     release_urgent = threading.Event()
-    urgent.submit_at(FAILOVER, lambda: release_urgent.wait(_WAIT_S))
+    urgent.submit_at(-1, lambda: release_urgent.wait(_WAIT_S))
     order: list[str] = []
     wakeup = Wakeup()
     exited = {"terminated": {"finishedAt": "2026-11-29T10:00:00Z"}}
@@ -272,7 +282,8 @@ def test_a_run_a_container_exit_promoted_starts_before_urgent_runs_queued_earlie
 
     async def scenario(stopping: asyncio.Future[Any]) -> list[Ran[None] | None]:
         loop = asyncio.get_running_loop()
-        acks = [lanes.run_urgent(lambda i=i: order.append(f"ack {i}"), priority=WOKEN) for i in range(3)]
+        acks = [lanes.run_urgent(lambda i=i: order.append(f"ack {i}"), cause=WOKEN) for i in range(3)]
+        acks.append(lanes.run_urgent(lambda: order.append("expiry"), cause=EXPIRY))
         acked = [asyncio.ensure_future(ack) for ack in acks]
         await asyncio.sleep(0.1)  # the acknowledgements are queued first
         loop.call_later(0.1, wakeup.note_pod, "orders-0", pod)
@@ -290,4 +301,5 @@ def test_a_run_a_container_exit_promoted_starts_before_urgent_runs_queued_earlie
         routine.shutdown(wait=True, cancel_futures=True)
         urgent.shutdown(wait=True, cancel_futures=True)
     assert ran[0] is not None and ran[0].promoted
-    assert order == ["crash", "ack 0", "ack 1", "ack 2"]
+    assert order == ["crash", "ack 0", "ack 1", "ack 2", "expiry"], "a container first, then in order"
+    assert started == [("routine", TICK), ("urgent", CONTAINER), *[("urgent", WOKEN)] * 3, ("urgent", EXPIRY)]

@@ -141,17 +141,17 @@ def test_a_loop_starting_beside_a_recent_exit_runs_first_and_urgently_and_an_old
     )
 
 
-def test_a_container_start_or_end_is_failover_news_once_and_a_lease_report_is_not() -> None:
+def test_a_container_start_or_end_is_news_once_and_a_lease_report_is_not() -> None:
     async def scenario() -> list[bool]:
         wakeup = Wakeup()
         state = {"terminated": {"finishedAt": "2026-11-29T10:00:00Z"}}
         wakeup.note_lease("orders-orders-0", lease(annotations={"groupops.dev/epoch": "3"}))
-        after_lease = wakeup.take_failover_news()
+        after_lease = wakeup.take_container_news()
         wakeup.note_pod("orders-0", consumer_pod(state=state))
-        after_exit = wakeup.take_failover_news()
-        taken_again = wakeup.take_failover_news()
+        after_exit = wakeup.take_container_news()
+        taken_again = wakeup.take_container_news()
         wakeup.note_pod("orders-0", consumer_pod(state=state))  # the same status seen again
-        after_repeat = wakeup.take_failover_news()
+        after_repeat = wakeup.take_container_news()
         return [after_lease, after_exit, taken_again, after_repeat]
 
     assert asyncio.run(scenario()) == [False, True, False, False]
