@@ -1,11 +1,11 @@
 """A thread pool that starts the most urgent of its queued calls first (docs/design.md §8.3, "the
-urgent lane starts failovers first").
+urgent lane starts a container's start or end first").
 
 Why not `ThreadPoolExecutor`: it starts calls in the order they came. When the operator falls
-behind, the urgent lane fills with runs that plan acknowledgements and fence answers woke, and a
-crashed replica's run waited behind them for over a minute (benchmarks/RESULTS.md, "The
-election in the answering process"). Here each call carries a priority (lower starts first);
-calls of one priority start in the order they came.
+behind, the urgent lane fills with runs that expiries on a late clock and Lease reports woke, and
+a crashed replica's run waited behind them for over a minute (benchmarks/RESULTS.md, "Ordering
+the urgent lane"). Here each call carries a priority (lower starts first); calls of one priority
+start in the order they came.
 """
 
 from __future__ import annotations
