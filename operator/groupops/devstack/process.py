@@ -40,6 +40,11 @@ _LISTEN_PORTS_FROM = 20000
 """Ports for the stack's servers are drawn from here up to the kernel's ephemeral range."""
 
 
+_GIVEN: dict[socket.SocketKind, set[int]] = {socket.SOCK_STREAM: set(), socket.SOCK_DGRAM: set()}
+"""Ports this process handed out: never handed out twice, since the caller may not have bound
+the first yet (a random draw repeated itself for two flags of one operator in CI)."""
+
+
 def free_port(kind: socket.SocketKind = socket.SOCK_STREAM) -> int:
     """A port on 127.0.0.1 that was free a moment ago, drawn at random below the kernel's
     ephemeral range: a port from that range (the kernel's pick for port 0) can be handed to any
@@ -48,12 +53,15 @@ def free_port(kind: socket.SocketKind = socket.SOCK_STREAM) -> int:
     low = _ephemeral_start()
     for _ in range(64):
         port = random.randrange(_LISTEN_PORTS_FROM, low) if low > _LISTEN_PORTS_FROM + 1000 else 0
+        if port in _GIVEN[kind]:
+            continue  # two draws of one command (--health-port, --metrics-port) must differ
         with socket.socket(socket.AF_INET, kind) as probe:
             try:
                 probe.bind(("127.0.0.1", port))
             except OSError:
                 continue
             chosen: int = probe.getsockname()[1]
+            _GIVEN[kind].add(chosen)
             return chosen
     with socket.socket(socket.AF_INET, kind) as probe:
         probe.bind(("127.0.0.1", 0))
