@@ -1446,14 +1446,21 @@ full runs whose only status change was lag figures, not written because status w
 than the operator's --status-figures-interval ago (absent from operators without it: 0)."""
 
 
+def operator_metrics_text(metrics_port: int) -> str | None:
+    """The operator's /metrics exposition (None, said on stdout, when the scrape failed)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=30) as response:
+            return str(response.read().decode())
+    except OSError as e:
+        print(f"  scraping the operator's metrics failed: {e}", flush=True)
+        return None
+
+
 def operator_counters(metrics_port: int) -> dict[str, float]:
     """From the operator's metrics: groupops_operator_heartbeats_total by answer, and
     OPERATOR_RUN_COUNTERS, each summed over every policy."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=30) as response:
-            text = response.read().decode()
-    except OSError as e:
-        print(f"  scraping the operator's metrics failed: {e}", flush=True)
+    text = operator_metrics_text(metrics_port)
+    if text is None:
         return {}
     sums: dict[str, float] = {}
     for labels, value in samples(text, "groupops_operator_heartbeats_total"):
@@ -1478,11 +1485,8 @@ WAIT_HISTOGRAMS = {
 def operator_waits(metrics_port: int) -> dict[str, dict[float, float]]:
     """Each of WAIT_HISTOGRAMS as cumulative bucket counts {upper bound: count} ({} when the
     scrape failed or the operator does not have it)."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=30) as response:
-            text = response.read().decode()
-    except OSError as e:
-        print(f"  scraping the operator's metrics failed: {e}", flush=True)
+    text = operator_metrics_text(metrics_port)
+    if text is None:
         return {}
     found: dict[str, dict[float, float]] = {}
     for name, (metric, wanted) in WAIT_HISTOGRAMS.items():
