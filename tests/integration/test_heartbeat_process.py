@@ -8,6 +8,7 @@ process and real UDP datagrams, its Lease mirror fed by hand as the operator's w
   allowed and the holder is refused until the mirror moves past both the version it showed and
   the one the fence was judged on (the mirror may lag the reconcile's cache);
 - a failed fence lets the holder's heartbeats through again;
+- reports applied late hold the operator's clock back: a granted replica is not judged silent;
 - an answerer that dies is reported once, and the guard then says no (never fence blind);
 - a port already taken fails the start with an error that names it.
 """
@@ -193,6 +194,42 @@ def test_the_fence_guard_is_decided_by_the_answerer_and_holds_across_a_lagging_m
     # A command on the pipe, not an answer on the socket: the next grant follows it shortly.
     granted = lambda: replica.beat().status is HeartbeatStatus.GRANTED  # noqa: E731
     wait_for("a grant once the fence did not land", granted, 5, interval=0.1)
+
+
+def test_reports_applied_late_hold_the_clock_back_instead_of_judging_a_granted_replica_silent(
+    answerer: tuple[HeartbeatProcess, Metrics], replica: Replica
+) -> None:
+    """The operator applies the answerer's reports late (a starved process: here its apply is
+    held for 2.5 Leases) while the replica keeps being granted. The operator's clock then holds
+    its judgement at the last report it applied instead of judging the replica silent; once the
+    reports are in it has the grants; a replica that really stops is judged expired."""
+    process, metrics = answerer
+    clock = leading(process)
+    holder = MemberId(LEASE)
+    wait_for("a grant", lambda: replica.beat().status is HeartbeatStatus.GRANTED, 5, interval=0.1)
+    wait_for("the grant on the clock", lambda: clock.heard_at(holder) is not None, 2)
+    with process._lock:  # the report receiver blocks in its apply, as a starved one would
+        held_from = time.monotonic()
+        while time.monotonic() - held_from < 2.5 * DURATION_S:
+            assert replica.beat().status is HeartbeatStatus.GRANTED
+            time.sleep(0.1)
+        now = time.monotonic()
+        last_heard = clock.heard_at(holder)
+        assert last_heard is not None and now - last_heard > DURATION_S, "the fault: grants not applied"
+        assert not clock.expired(holder, now, DURATION_S)
+    granted_again = time.monotonic()
+    replica.beat()
+    wait_for("the late grants applied", lambda: (clock.heard_at(holder) or 0) >= granted_again - 0.5, 2)
+    assert not clock.expired(holder, time.monotonic(), DURATION_S)
+    slow = metrics.registry.get_sample_value(
+        "groupops_operator_heartbeat_report_delay_seconds_bucket", {"le": "1.0"}
+    )
+    every = metrics.registry.get_sample_value("groupops_operator_heartbeat_report_delay_seconds_count")
+    assert every is not None and slow is not None and every > slow, "the held reports counted as late"
+    # No more heartbeats since `granted_again`: silent for real. The clock has the grants a
+    # quarter Lease apart (forwarding), the last one 0.1 s before that beat at the earliest.
+    wait_for("judged expired", lambda: clock.expired(holder, time.monotonic(), DURATION_S), 3, interval=0.05)
+    assert time.monotonic() - granted_again >= DURATION_S * (1 - FORWARD_FRACTION) - 0.1
 
 
 def test_a_dead_answerer_is_reported_once_and_the_guard_never_fences_blind(

@@ -217,9 +217,15 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
         memory.lag_landed = lag_landed
         landed = memory.wakeup.lag_landed
 
+        judged_at: list[float] = []  # how far the latest run could judge expiries as it started
+
+        def judging() -> None:
+            judged_at.append(memory.clock.judged_through(time.monotonic()))
+
         def run() -> float | None:
             # The body as it is when the run starts, in whichever lane: a routine run promoted
             # by a spec change must reconcile the new spec, not the one it was queued with.
+            judging()
             return run_in_loop(entry.body, memory)
 
         tick = settings.reconcile.tick_seconds
@@ -273,6 +279,7 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
                 # such a thing comes: failover must not wait for the tick (§8.3).
 
                 def tick_run(taken: TakenLag | None = pretaken) -> float | None:
+                    judging()
                     return run_in_loop(entry.body, memory, taken)
 
                 ran = await (
@@ -284,7 +291,10 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
                 )
                 if ran is None:
                     break  # stopped before it ran
-                judged_until = ran.started
+                # An expiry the answering process had not reported up to when the run started
+                # was not judged by it: the loop judges it once the report is in (§7.5).
+                judged_until = judged_at[-1] if judged_at else ran.started
+                judged_at.clear()
                 next_tick = time.monotonic() + (ran.result if ran.result is not None else tick)
         finally:
             sweep.unpark(entry.key)

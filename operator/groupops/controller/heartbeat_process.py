@@ -15,14 +15,18 @@ What crosses between the two processes (four one-way pipes, each message a tuple
                            election's commands and pulses (the election kept here, §8.1,
                            `controller.answerer_election`) or leadership as the operator's own
                            elector has it (its monotonic deadline and the leader's address)
-    answerer -> operator   every 0.1 s: the heartbeats granted (identity, moment), progress, the
-                           answers by kind; the fence guard's replies, on a pipe of their own;
-                           and the election's reports, on a fourth
+    answerer -> operator   every 0.1 s, even when empty: the heartbeats granted (identity,
+                           moment), progress, the answers by kind, the moment it was taken;
+                           the fence guard's replies, on a pipe of their own; and the
+                           election's reports, on a fourth
 
 Safety stays where it was: the answerer's book is the one that grants, and `may_fence` asks that
 book, so "granted, then not fenced" or "fenced, then refused" is decided under one lock in one
-process, as before. The operator's `LeaseClock`s learn of grants up to 0.1 s late, which can only
-make the operator judge a replica silent early; the guard then says no (the grant is there). Both
+process, as before. The operator's `LeaseClock`s learn of grants a report late (0.1 s, or seconds
+when the operator is starved); each report carries the moment it was taken, and the attached
+clocks judge silence only up to the last one applied (`HeardThrough`), so a late report holds a
+judgement back instead of waking a policy for a silence that is not there. The guard still says
+no to any fence judged on a clock that missed a grant. Both
 processes read the same CLOCK_MONOTONIC, so a grant's moment means the same in each. The
 answerer grants only until the elector's deadline it was last told, never later than the operator
 itself would, and it exits when the operator's end of its pipe closes (the operator died): a
@@ -50,7 +54,7 @@ from groupops.controller.heartbeats import HeardProgress, HeartbeatBook, Heartbe
 from groupops.controller.metrics import Metrics
 from groupops.controller.settings import ElectionSettings
 from groupops.model import MemberId
-from groupops.planner.handoff import LeaseClock
+from groupops.planner.handoff import HeardThrough, LeaseClock
 
 __all__ = ["HeartbeatProcess", "HeartbeatProcessError"]
 
@@ -96,17 +100,18 @@ class _Reported:
     progress: dict[tuple[str, str], tuple[str, Mapping[str, float], float, str]] = field(default_factory=dict)
     """(namespace, Lease name) -> (holder identity, progress, heard at, policy)."""
     answered: Counter[str] = field(default_factory=Counter)
-
-    def __bool__(self) -> bool:
-        return bool(self.heard or self.progress or self.answered)
+    sent_at: float = -math.inf
+    """When the report was taken (monotonic): every grant forwarded before then is in it or in an
+    earlier report. Sent even when nothing else is, so the operator's clocks can judge silence up
+    to it (`HeardThrough`)."""
 
     def wire(self) -> tuple[Any, ...]:
-        return (self.heard, self.progress, dict(self.answered))
+        return (self.heard, self.progress, dict(self.answered), self.sent_at)
 
     @classmethod
     def from_wire(cls, wire: tuple[Any, ...]) -> _Reported:
-        heard, progress, answered = wire
-        return cls(heard, progress, Counter(answered))
+        heard, progress, answered, sent_at = wire
+        return cls(heard, progress, Counter(answered), sent_at)
 
 
 class HeartbeatProcess:
@@ -137,6 +142,9 @@ class HeartbeatProcess:
         self._lock = threading.Lock()
         self._clocks: dict[tuple[str, str], LeaseClock] = {}
         self._progress: dict[tuple[str, str], HeardProgress] = {}
+        self.heard_through = HeardThrough()
+        """How far the answerer's reports applied here go: the attached clocks judge silence up
+        to it and no further (design §7.5)."""
         self._told: dict[tuple[str, str, str], object] = {}
         """What the answerer was last told per (kind, namespace, policy): the same value is not
         sent again (every reconcile notes its epoch and maxPollIntervalSeconds)."""
@@ -217,6 +225,7 @@ class HeartbeatProcess:
     # -- HeartbeatBook's calls ----------------------------------------------------------------------
 
     def attach(self, namespace: str, policy: str, clock: LeaseClock) -> None:
+        clock.follow(self.heard_through)
         with self._lock:
             self._clocks[(namespace, policy)] = clock
         self._send("attach", namespace, policy)
@@ -226,6 +235,7 @@ class HeartbeatProcess:
             if self._clocks.get((namespace, policy)) is not clock:
                 return
             del self._clocks[(namespace, policy)]
+            clock.follow(None)
             for kind in ("published", "max_poll"):
                 self._told.pop((kind, namespace, policy), None)
             gone = [k for k, v in self._progress.items() if k[0] == namespace and v.policy == policy]
@@ -303,6 +313,10 @@ class HeartbeatProcess:
             ]
             for key, _, heard in progressed:
                 self._progress[key] = heard
+            # After the grants it carries: a clock never sees the horizon past a grant it lacks.
+            self.heard_through.advance(report.sent_at)
+        if self.metrics is not None:
+            self.metrics.heartbeat_report_delay_seconds.observe(max(0.0, time.monotonic() - report.sent_at))
         if self._tally is not None:
             for label, count in report.answered.items():
                 self._tally.answered(label, count)
@@ -408,6 +422,7 @@ class _Outbox:
     def take(self) -> _Reported:
         with self._lock:
             report, self._report = self._report, _Reported()
+            report.sent_at = time.monotonic()
             return report
 
 
@@ -517,12 +532,10 @@ def _answer(host: str, port: int, ends: _ChildEnds) -> None:
 
     def report() -> None:
         while not stop.wait(REPORT_EVERY_S):
-            batch = outbox.take()
-            if batch:
-                try:
-                    reports.send(batch.wire())
-                except OSError:
-                    return
+            try:
+                reports.send(outbox.take().wire())
+            except OSError:
+                return
 
     threading.Thread(target=report, name="heartbeat-report", daemon=True).start()
     try:

@@ -127,6 +127,15 @@ class Metrics:
             buckets=(0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0),
             registry=self.registry,
         )
+        self.heartbeat_report_delay_seconds = Histogram(
+            "groupops_operator_heartbeat_report_delay_seconds",
+            "From the answering process sending a report of the heartbeats it granted (every "
+            "0.1 s) to the operator applying it. The operator judges no replica silent beyond the "
+            "last report it applied, so a delay of seconds holds back crash failover by as much "
+            "(docs/design.md §7.5).",
+            buckets=(0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0),
+            registry=self.registry,
+        )
         self.reconciles_skipped = Counter(
             "groupops_reconciles_skipped",
             "Routine runs (the tick's) of a settled policy that found nothing changed and stopped "

@@ -11,7 +11,8 @@ Each policy has one loop (a kopf daemon in `handlers`) that reconciles every tic
 - a held Lease runs out by the operator's clock (`LeaseClock.next_expiry`): the loop sleeps until
   exactly then, so a crashed replica is replaced one lease duration after its last renewal (or
   granted heartbeat), not up to a tick later. A heartbeat moves that moment without waking the
-  loop: when the loop wakes at the old moment it finds nothing due and sleeps again.
+  loop: when the loop wakes at the old moment it finds nothing due and sleeps again. A moment the
+  answering process has not reported up to yet is not due: the loop looks again shortly.
 
 - its loop starts (a takeover, the operator's start) while one of its consumer containers started
   or ended within the last `RECENT_EXIT_S`: a crash the previous leader never handled may be
@@ -42,6 +43,7 @@ from groupops.planner.handoff import LeaseClock
 __all__ = [
     "EXPIRY_MARGIN_S",
     "RECENT_EXIT_S",
+    "REPORT_RECHECK_S",
     "Wakeup",
     "exited_recently",
     "expiry_due",
@@ -51,6 +53,11 @@ __all__ = [
 
 EXPIRY_MARGIN_S = 0.05
 """Wake this long after a Lease's expiry moment: the reconcile judges `now - changed > duration`."""
+
+REPORT_RECHECK_S = 0.25
+"""How soon a loop looks again at an expiry the answering process has not reported up to yet:
+its reports come every 0.1 s, so a late one means a starved operator, and a loop that looked at
+every report would add to the starvation (docs/design.md §7.5)."""
 
 RECENT_EXIT_S = 60.0
 """A consumer container that started or ended this long before a policy's loop starts makes its
@@ -73,17 +80,23 @@ def lease_fingerprint(lease: Mapping[str, Any]) -> LeaseFingerprint:
 
 def next_wake(*, now: float, next_tick: float, clock: LeaseClock, judged_until: float) -> float:
     """The monotonic moment the loop must run by: the next tick, or just after the first held
-    Lease that would expire after the last reconcile started (`judged_until`)."""
+    Lease that would expire after the last reconcile judged (`judged_until`). When that moment
+    has passed but the answering process has not yet reported that far (`LeaseClock.follow`: its
+    report is late, not the holder), the loop looks again `REPORT_RECHECK_S` later."""
     expiry = clock.next_expiry(after=judged_until)
     if expiry is None:
         return next_tick
-    return max(now, min(next_tick, expiry + EXPIRY_MARGIN_S))
+    due = expiry + EXPIRY_MARGIN_S
+    if due <= now and clock.judged_through(now) < due:
+        return min(next_tick, now + REPORT_RECHECK_S)
+    return max(now, min(next_tick, due))
 
 
 def expiry_due(*, now: float, clock: LeaseClock, judged_until: float) -> bool:
-    """A held Lease ran out after the last reconcile started and before `now`."""
+    """A held Lease ran out after the last reconcile judged and before what the clock can judge
+    at `now` (`LeaseClock.judged_through`)."""
     expiry = clock.next_expiry(after=judged_until)
-    return expiry is not None and expiry + EXPIRY_MARGIN_S <= now
+    return expiry is not None and expiry + EXPIRY_MARGIN_S <= clock.judged_through(now)
 
 
 @dataclass

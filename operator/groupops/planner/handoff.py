@@ -63,6 +63,7 @@ __all__ = [
     "DEFAULT_LEASE_DURATION_S",
     "HandoffError",
     "HandoffResult",
+    "HeardThrough",
     "LeaseClock",
     "MemberState",
     "Move",
@@ -427,6 +428,21 @@ DEFAULT_LEASE_DURATION_S = 4
 replica's partitions move to another about this long after its last renewal."""
 
 
+class HeardThrough:
+    """How far a hearing source that reports late has told its observers every heartbeat it
+    answered: a monotonic moment, moved forward by each report they apply (the answering process,
+    docs/design.md §7.5 "silence is judged only as far as the answerer has reported"). A clock
+    that follows it judges no silence past that moment, whatever the time."""
+
+    __slots__ = ("moment",)
+
+    def __init__(self, moment: float = float("-inf")) -> None:
+        self.moment = moment
+
+    def advance(self, moment: float) -> None:
+        self.moment = max(self.moment, moment)
+
+
 class LeaseClock:
     """Judges Lease expiry by the observer's own clock, as leader election does: a Lease is
     expired when the observer has seen it unchanged (same renewTime or resourceVersion, or still
@@ -441,13 +457,25 @@ class LeaseClock:
 
     A heartbeat the observer answered (`hear`, docs/design.md §7.5) counts as a change it saw at
     that moment: the Lease is silent only when neither its version nor a heartbeat moved for the
-    duration.
+    duration. Heartbeats heard through a source that reports late (`follow`) count only up to
+    what it has reported: the silence is judged up to `judged_through(now)`, not `now`, so a late
+    report never makes a live holder look silent.
     """
 
     def __init__(self) -> None:
         self._seen: dict[MemberId, tuple[str | None, float]] = {}
         self._heard: dict[MemberId, float] = {}
         self._lifetimes: dict[MemberId, float] = {}
+        self._through: HeardThrough | None = None
+
+    def follow(self, source: HeardThrough | None) -> None:
+        """Judge silence only as far as `source` has reported (None: up to `now`)."""
+        self._through = source
+
+    def judged_through(self, now: float) -> float:
+        """The latest moment this clock can judge a silence at, when asked at `now`."""
+        through = self._through
+        return now if through is None else min(now, through.moment)
 
     def observe(
         self, identity: MemberId, version: str | None, now: float, *, lifetime: float | None = None
@@ -481,7 +509,7 @@ class LeaseClock:
 
     def unchanged_for(self, identity: MemberId, now: float) -> float | None:
         last = self._last_change(identity)
-        return None if last is None else now - last
+        return None if last is None else max(0.0, self.judged_through(now) - last)
 
     def expired(self, identity: MemberId, now: float, duration_s: float) -> bool:
         unchanged = self.unchanged_for(identity, now)

@@ -6,6 +6,7 @@ at once when the holder changed; all of it as plain data across the pipe."""
 from __future__ import annotations
 
 import pickle
+import time
 from typing import Any
 
 from hypothesis import given
@@ -93,3 +94,19 @@ def test_progress_goes_out_every_two_seconds_and_at_once_for_a_new_holder() -> N
     assert progress("worker-1", 501.5 + PROGRESS_EVERY_S, 7.0) == {
         (NS, "orders-0"): ("worker-1", {"poll": 7.0}, 501.5 + PROGRESS_EVERY_S, POLICY)
     }
+
+
+def test_every_report_carries_the_moment_it_was_taken_and_goes_out_empty_too() -> None:
+    """The operator's clocks judge silence only up to the last report applied (design §7.5), so
+    a report carries when it was taken, after every grant recorded before it, and an empty one
+    still moves the operator's horizon."""
+    outbox = _Outbox()
+    clock = _RecordingClock((NS, POLICY), outbox, lambda ns, name: lease_of(8))
+    before = time.monotonic()
+    clock.hear(MemberId("orders-0"), before)
+    report = _Reported.from_wire(pickle.loads(pickle.dumps(outbox.take().wire())))
+    assert report.heard == {(NS, POLICY, "orders-0"): before}
+    assert report.sent_at >= before
+    empty = _Reported.from_wire(pickle.loads(pickle.dumps(outbox.take().wire())))
+    assert not empty.heard and not empty.progress and not empty.answered
+    assert empty.sent_at >= report.sent_at

@@ -10,12 +10,14 @@ from groupops.controller.identities import observe_lease
 from groupops.controller.wakeup import (
     EXPIRY_MARGIN_S,
     RECENT_EXIT_S,
+    REPORT_RECHECK_S,
     Wakeup,
     expiry_due,
     lease_fingerprint,
     next_wake,
 )
-from groupops.planner.handoff import LeaseClock
+from groupops.model import MemberId
+from groupops.planner.handoff import HeardThrough, LeaseClock
 
 
 def lease(
@@ -75,6 +77,32 @@ def test_the_loop_sleeps_until_the_tick_or_just_after_the_next_expiry() -> None:
     # released (no holder): never expires
     observe_lease(lease(holder=None, renew="t3"), clock=clock, now=6.0, duration=10)
     assert next_wake(now=6.0, next_tick=11.0, clock=clock, judged_until=6.0) == 11.0
+
+
+def test_an_expiry_the_answerer_has_not_reported_up_to_is_looked_at_again_not_run() -> None:
+    """The answering process's report of the expiry moment is late (a starved operator): the
+    holder may have been granted meanwhile, so no run is due; the loop looks again shortly, and
+    runs once a report covers the moment with no grant in it."""
+    through = HeardThrough(0.0)
+    clock = LeaseClock()
+    clock.follow(through)
+    observe_lease(lease(), clock=clock, now=1.0, duration=10)  # expires at 5.0
+    through.advance(4.0)
+    assert not expiry_due(now=8.0, clock=clock, judged_until=1.0)
+    assert next_wake(now=8.0, next_tick=20.0, clock=clock, judged_until=1.0) == 8.0 + REPORT_RECHECK_S
+    assert next_wake(now=8.0, next_tick=8.1, clock=clock, judged_until=1.0) == 8.1  # the tick comes first
+    assert next_wake(now=3.0, next_tick=20.0, clock=clock, judged_until=1.0) == 5.0 + EXPIRY_MARGIN_S
+    through.advance(5.0 + EXPIRY_MARGIN_S)  # covered, and no grant came with it
+    assert expiry_due(now=8.0, clock=clock, judged_until=1.0)
+    # a report that brings a grant before the moment moves the expiry instead
+    through2 = HeardThrough(4.0)
+    renewed = LeaseClock()
+    renewed.follow(through2)
+    observe_lease(lease(), clock=renewed, now=1.0, duration=10)
+    renewed.hear(MemberId("orders-orders-0"), 4.5)
+    through2.advance(6.0)
+    assert not expiry_due(now=8.0, clock=renewed, judged_until=1.0)
+    assert next_wake(now=8.0, next_tick=20.0, clock=renewed, judged_until=1.0) == 8.5 + EXPIRY_MARGIN_S
 
 
 def test_a_stop_ends_the_wait_at_once_without_counting_as_a_wake() -> None:
