@@ -148,8 +148,14 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
         info: kopf.ConnectionInfo | None = kopf.login_via_client(**kwargs)
         return info
 
-    pool = ThreadPoolExecutor(max_workers=settings.reconcile.workers, thread_name_prefix="reconcile")
     urgent_pool = PriorityExecutor(settings.reconcile.urgent_workers, thread_name_prefix="reconcile-urgent")
+    # The tick's runs yield to a waiting urgent run, for one tick at most (design §8.3).
+    pool = PriorityExecutor(
+        settings.reconcile.workers,
+        thread_name_prefix="reconcile",
+        defer_while=urgent_pool.backlogged,
+        max_deferral_s=settings.reconcile.tick_seconds,
+    )
     lanes = Lanes(
         routine=pool,
         urgent=urgent_pool,

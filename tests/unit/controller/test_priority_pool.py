@@ -76,3 +76,54 @@ def test_queued_calls_run_before_a_shutdown_without_cancel_ends_the_workers() ->
 def test_no_workers_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         PriorityExecutor(0, thread_name_prefix="urgent")
+
+
+def test_a_deferring_pool_holds_its_calls_while_told_to_and_never_beyond_the_deferral() -> None:
+    """The routine lane's pool yields to a waiting urgent run (design §8.3): nothing starts while
+    `defer_while` says so, everything starts once it stops saying so, and a call held back for
+    `max_deferral_s` starts anyway."""
+    urgent_waiting = threading.Event()
+    urgent_waiting.set()
+    pool = PriorityExecutor(
+        2, thread_name_prefix="routine", defer_while=urgent_waiting.is_set, max_deferral_s=_WAIT_S * 6
+    )
+    try:
+        started = threading.Event()
+        held_back = pool.submit(started.set)
+        assert not started.wait(0.3), "started while the urgent lane had calls waiting"
+        urgent_waiting.clear()
+        held_back.result(timeout=_WAIT_S)
+    finally:
+        pool.shutdown(wait=True)
+
+    bounded = PriorityExecutor(1, thread_name_prefix="routine", defer_while=lambda: True, max_deferral_s=0.2)
+    try:
+        assert bounded.submit(lambda: "ran").result(timeout=_WAIT_S) == "ran"
+    finally:
+        bounded.shutdown(wait=True)
+
+
+def test_a_deferring_pool_still_drains_at_shutdown_and_refuses_a_negative_deferral() -> None:
+    pool = PriorityExecutor(
+        1, thread_name_prefix="routine", defer_while=lambda: True, max_deferral_s=_WAIT_S * 6
+    )
+    queued = pool.submit(lambda: "ran at shutdown")
+    pool.shutdown(wait=True)
+    assert queued.result(timeout=_WAIT_S) == "ran at shutdown"
+    with pytest.raises(ValueError, match="max_deferral_s"):
+        PriorityExecutor(1, thread_name_prefix="routine", max_deferral_s=-1.0)
+
+
+def test_backlogged_says_whether_a_call_waits_for_a_worker() -> None:
+    pool = PriorityExecutor(1, thread_name_prefix="urgent")
+    try:
+        assert not pool.backlogged()
+        release = held(pool)
+        assert not pool.backlogged(), "the running call is not waiting"
+        waiting = pool.submit(lambda: None)
+        assert pool.backlogged()
+        release.set()
+        waiting.result(timeout=_WAIT_S)
+        assert not pool.backlogged()
+    finally:
+        pool.shutdown(wait=True)
