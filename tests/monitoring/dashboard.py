@@ -73,6 +73,7 @@ PANELS_WITH_DATA: tuple[str, ...] = (
     "Reconcile duration p95",
     "API requests/s",
     "Heartbeats answered/s",
+    "Operator waits p90",
     # Policy
     "Member lag",
     "Seconds since poll",
