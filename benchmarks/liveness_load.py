@@ -1478,6 +1478,7 @@ WAIT_HISTOGRAMS = {
     "urgent run wait (woken)": (_RUN_WAIT, {"lane": "urgent", "cause": "woken"}),
     "routine run wait": (_RUN_WAIT, {"lane": "routine"}),
     "event loop lag": ("groupops_operator_event_loop_lag_seconds_bucket", {}),
+    "heartbeat report delay": ("groupops_operator_heartbeat_report_delay_seconds_bucket", {}),
 }
 """The operator's waits (docs/design.md §8.5): for a run's worker, by lane, and kopf's loop's lag."""
 
@@ -1497,6 +1498,19 @@ def operator_waits(metrics_port: int) -> dict[str, dict[float, float]]:
         if buckets:
             found[name] = buckets
     return found
+
+
+def policy_runs(metrics_port: int, policy: str) -> tuple[float, float] | None:
+    """The policy's full runs so far and their summed seconds (groupops_reconcile_duration_seconds
+    count and sum; None when the scrape failed)."""
+    text = operator_metrics_text(metrics_port)
+    if text is None:
+        return None
+    totals = []
+    for suffix in ("_count", "_sum"):
+        metric = f"groupops_reconcile_duration_seconds{suffix}"
+        totals.append(sum(value for labels, value in samples(text, metric) if labels.get("policy") == policy))
+    return totals[0], totals[1]
 
 
 def wait_quantiles(before: dict[float, float], after: dict[float, float]) -> dict[str, Any]:
@@ -1731,6 +1745,7 @@ class Point:
             policy, ordinal, epoch, held = target
             crashed.add(policy)
             identity = identity_name(groups[policy], ordinal)
+            runs_before = policy_runs(self.metrics_port, policy)
             reply = self.generator.call("crash", policy=policy, ordinal=ordinal)
             crashed_at = float(reply["at"])
             moved_at = None
@@ -1741,6 +1756,17 @@ class Point:
                     break
                 time.sleep(0.05)
             seconds = None if moved_at is None else round(moved_at - crashed_at, 2)
+            runs_after = policy_runs(self.metrics_port, policy)
+            # The policy's full runs from the crash to the move (or the timeout): how many, and
+            # how long they took together (a run that started at once and still ran late).
+            runs = (
+                None
+                if runs_before is None or runs_after is None
+                else {
+                    "n": int(runs_after[0] - runs_before[0]),
+                    "seconds": round(runs_after[1] - runs_before[1], 2),
+                }
+            )
             results.append(
                 {
                     "policy": policy,
@@ -1748,11 +1774,12 @@ class Point:
                     "owned": len(held),
                     "in_flight": reply["in_flight"],
                     "seconds": seconds,
+                    "runs": runs,
                 }
             )
             print(
                 f"  crash {i + 1}/{count}: {identity} ({len(held)} partitions) -> plan moved after "
-                f"{seconds} s",
+                f"{seconds} s; the policy's runs meanwhile: {runs}",
                 flush=True,
             )
             time.sleep(2.0)  # the survivors acknowledge before the next crash
