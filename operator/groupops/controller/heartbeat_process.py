@@ -298,7 +298,10 @@ class HeartbeatProcess:
                 if not self._stopping.is_set():
                     self._lost(f"the heartbeat process exited (code {self._process.exitcode})")
                 return
-            self._apply(report)
+            try:
+                self._apply(report)
+            except Exception:  # the next report must still be applied (see `report` in the child)
+                log.exception("applying a heartbeat report failed")
 
     def _apply(self, report: _Reported) -> None:
         with self._lock:
@@ -531,11 +534,15 @@ def _answer(host: str, port: int, ends: _ChildEnds) -> None:
     stop = threading.Event()
 
     def report() -> None:
+        # This thread must outlive any one bad report: the operator judges no silence beyond the
+        # last report it applied, so a report thread that died would stop every expiry.
         while not stop.wait(REPORT_EVERY_S):
             try:
                 reports.send(outbox.take().wire())
             except OSError:
-                return
+                return  # the operator is gone
+            except Exception:
+                log.exception("a heartbeat report could not be sent")
 
     threading.Thread(target=report, name="heartbeat-report", daemon=True).start()
     try:
