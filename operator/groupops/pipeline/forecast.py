@@ -22,24 +22,55 @@ Burrow tells STOP from STALL by commit timestamps, which offset snapshots do not
 recorded with each snapshot is the signal used here instead.
 
 Output columns: groupops.lag.forecast.FORECAST_COLUMNS (the `forecast` lag source reads them).
+
+How (docs/design.md §10): the window's rows are selected where they are read (each group's newest
+time, broadcast and joined on a 64-bit hash of the group keys), shuffled once by partition and
+sorted once in sample order `SAMPLE_ORDER`. One Window operator over that order gives the
+consecutive pairs (`lag`), flags the first and last sample (`lag`/`lead` of a literal) and the
+last owner; a hash aggregate (numeric buffers only, so generated code and no second sort) folds
+each partition into its counts, its first and last samples' fields and the order-free flags.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as sf
 
 from groupops.lag.forecast import FORECAST_COLUMNS
-from groupops.pipeline.frames import PARTITION_KEYS, recent, with_seconds_and_lag
+from groupops.pipeline.frames import GROUP_KEYS, PARTITION_KEYS, with_seconds_and_lag
 
 __all__ = ["SAMPLE_ORDER", "STATUSES", "STREAM_KEY", "forecast", "window_rows"]
 
 STATUSES = ("OK", "WARN", "STOP", "STALL", "REWIND", "UNKNOWN")
 STREAM_KEY = "partition_hash"  # xxhash64 of PARTITION_KEYS: the sort's leading key
+GROUP_HASH = "__group_hash"  # xxhash64 of GROUP_KEYS: the newest-time join's key
 
 
 SAMPLE_ORDER = ("t", "consumed", "lag", "log_end", "member")
 """A partition's samples in time order (ties broken by the rest: the order is total)."""
+
+
+def _same_or_both_null(left: Column, right: Column) -> Column:
+    """`left <=> right` written so that the join keeps it as a condition: Spark would make a
+    null-safe equality a join key, and the hashed relation would then be keyed by strings."""
+    return sf.coalesce(left == right, left.isNull() & right.isNull())
+
+
+def _in_window(rows: DataFrame, *, window_s: float) -> DataFrame:
+    """The rows at most `window_s` before the newest `t` of their group (null keys a group of
+    their own, a null time never kept): `frames.recent`'s broadcast of each group's newest time,
+    joined on one long, the xxhash64 of the group keys, with the keys' null-safe equality and the
+    window as the join's condition. A long key makes the broadcast a hashed relation of longs; a
+    hash shared by two groups costs a failed condition, never a wrong row."""
+    keyed = rows.withColumn(GROUP_HASH, sf.xxhash64(*GROUP_KEYS))
+    newest = sf.broadcast(keyed.groupBy(GROUP_HASH, *GROUP_KEYS).agg(sf.max("t").alias("__newest")))
+    left, right = keyed.alias("__rows"), newest.alias("__maxima")
+    condition = [
+        sf.col(f"__rows.{GROUP_HASH}") == sf.col(f"__maxima.{GROUP_HASH}"),
+        *(_same_or_both_null(sf.col(f"__rows.{k}"), sf.col(f"__maxima.{k}")) for k in GROUP_KEYS),
+        sf.col("__rows.t") >= sf.col("__maxima.__newest") - sf.lit(float(window_s)),
+    ]
+    return left.join(right, condition).select("__rows.*").drop(GROUP_HASH)
 
 
 def window_rows(snapshots: DataFrame, *, window_s: float) -> DataFrame:
@@ -54,36 +85,52 @@ def window_rows(snapshots: DataFrame, *, window_s: float) -> DataFrame:
         "log_end",
         "member",
     )
-    recent_rows = recent(rows, time_column="t", span_s=window_s).drop("newest_t")
-    return recent_rows.withColumn(STREAM_KEY, sf.xxhash64(*PARTITION_KEYS))
+    return _in_window(rows, window_s=window_s).withColumn(STREAM_KEY, sf.xxhash64(*PARTITION_KEYS))
 
 
 def forecast(snapshots: DataFrame, *, window_s: float, horizon_s: float) -> DataFrame:
     """Lag forecast and status per partition (see the module docstring)."""
     if window_s <= 0 or horizon_s < 0:
         raise ValueError(f"window must be positive and horizon not negative, not {window_s} / {horizon_s}")
-    # The window's rows only, dropped where they are read (an aggregate of each group's newest
-    # time joined back), then one shuffle and one sort per partition in sample order.
-    sample = sf.struct(*SAMPLE_ORDER)
     stream = window_rows(snapshots, window_s=window_s)
-    in_order = Window.partitionBy(STREAM_KEY, *PARTITION_KEYS).orderBy(*SAMPLE_ORDER)
-    # Consecutive samples (i-1, i) in the order of the samples sorted as structs: `lag` (the
-    # window function) gives sample i-1 on row i, null on the first row, so a pair with a null
-    # side is neither a rewind nor a fall, as in the array form this replaces.
+    keys = (STREAM_KEY, *PARTITION_KEYS)
+    in_order = Window.partitionBy(*keys).orderBy(*SAMPLE_ORDER)
+    whole_partition = in_order.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    # Consecutive samples (i-1, i) in sample order: `lag` (the window function) gives sample i-1
+    # on row i, null on the first row, so a pair with a null side is neither a rewind nor a fall.
+    # The first and last rows in that order are the smallest and largest samples compared as
+    # structs (the order is total: rows it cannot tell apart are equal in every field).
     paired = stream.select(
-        *PARTITION_KEYS,
-        STREAM_KEY,
-        sample.alias("sample"),
-        (sf.col("consumed") < sf.lag("consumed").over(in_order)).alias("went_back"),
-        (sf.col("lag") < sf.lag("lag").over(in_order)).alias("fell"),
+        *keys,
+        "t",
         "consumed",
         "lag",
+        "log_end",
+        (sf.col("consumed") < sf.lag("consumed").over(in_order)).alias("went_back"),
+        (sf.col("lag") < sf.lag("lag").over(in_order)).alias("fell"),
+        sf.lag(sf.lit(1)).over(in_order).isNull().alias("is_first"),
+        sf.lead(sf.lit(1)).over(in_order).isNull().alias("is_last"),
+        sf.last_value("member").over(whole_partition).alias("last_member"),
     )
-    # Grouped by the same leading keys the window sorted by, so the aggregate reuses that order.
-    per_partition = paired.groupBy(STREAM_KEY, *PARTITION_KEYS).agg(
+
+    def on_first(column: str) -> Column:
+        return sf.max(sf.when(sf.col("is_first"), sf.col(column)))
+
+    def on_last(column: str) -> Column:
+        return sf.max(sf.when(sf.col("is_last"), sf.col(column)))
+
+    # Numbers and booleans only in the aggregation buffers, so Spark hashes (codegen, no second
+    # sort): the last member, the one string, is the same on every row of a partition and is a
+    # grouping key instead of a buffer (a string buffer would force a sort aggregate).
+    per_partition = paired.groupBy(*keys, "last_member").agg(
         sf.count(sf.lit(1)).cast("int").alias("n"),
-        sf.min("sample").alias("first"),
-        sf.max("sample").alias("last"),
+        on_first("t").alias("first_t"),
+        on_first("consumed").alias("first_consumed"),
+        on_first("log_end").alias("first_log_end"),
+        on_last("t").alias("last_t"),
+        on_last("consumed").alias("last_consumed"),
+        on_last("log_end").alias("last_log_end"),
+        on_last("lag").alias("last_lag"),
         sf.bool_or("went_back").alias("rewound"),
         sf.bool_or("fell").alias("fell"),
         sf.bool_or(sf.col("lag") == 0).alias("caught_up"),
@@ -93,16 +140,16 @@ def forecast(snapshots: DataFrame, *, window_s: float, horizon_s: float) -> Data
         ),
     )
     n = sf.col("n")
-    first, last = sf.col("first"), sf.col("last")
-    span = last["t"] - first["t"]
+    last_lag = sf.col("last_lag")
+    span = sf.col("last_t") - sf.col("first_t")
     per_second = sf.when(span > 0, sf.lit(1.0) / span)
-    produce_rate = (last["log_end"] - first["log_end"]) * per_second
-    consume_rate = (last["consumed"] - first["consumed"]) * per_second
+    produce_rate = (sf.col("last_log_end") - sf.col("first_log_end")) * per_second
+    consume_rate = (sf.col("last_consumed") - sf.col("first_consumed")) * per_second
     rewound = sf.col("rewound")
     lag_never_fell = ~sf.coalesce(sf.col("fell"), sf.lit(False))
     caught_up = sf.col("caught_up")
     stood_still = sf.col("stood_still")
-    unowned = last["member"] == sf.lit("")
+    unowned = sf.col("last_member") == sf.lit("")
     status = (
         sf.when(n < 2, "UNKNOWN")
         .when(caught_up, "OK")
@@ -113,18 +160,18 @@ def forecast(snapshots: DataFrame, *, window_s: float, horizon_s: float) -> Data
         .otherwise("OK")
     )
     forecast_lag = sf.greatest(
-        sf.lit(0.0), last["lag"] + (produce_rate - consume_rate) * sf.lit(float(horizon_s))
+        sf.lit(0.0), last_lag + (produce_rate - consume_rate) * sf.lit(float(horizon_s))
     )
     result = per_partition.select(
         *PARTITION_KEYS,
-        sf.timestamp_seconds(last["t"]).alias("ts"),
-        last["member"].alias("member"),
-        last["lag"].alias("lag"),
+        sf.timestamp_seconds(sf.col("last_t")).alias("ts"),
+        sf.col("last_member").alias("member"),
+        last_lag.alias("lag"),
         produce_rate.alias("produce_rate"),
         consume_rate.alias("consume_rate"),
         sf.lit(float(horizon_s)).alias("horizon_s"),
         sf.lit(float(window_s)).alias("window_s"),
-        sf.when(n >= 2, sf.round(forecast_lag).cast("long")).otherwise(last["lag"]).alias("forecast_lag"),
+        sf.when(n >= 2, sf.round(forecast_lag).cast("long")).otherwise(last_lag).alias("forecast_lag"),
         status.alias("status"),
         n.alias("samples"),
     )
