@@ -23,9 +23,9 @@ recorded with each snapshot is the signal used here instead.
 
 Output columns: groupops.lag.forecast.FORECAST_COLUMNS (the `forecast` lag source reads them).
 
-How (docs/design.md §10): the window's rows are selected where they are read (each group's newest
-time, broadcast and joined on a 64-bit hash of the group keys), shuffled once by partition and
-sorted once in sample order `SAMPLE_ORDER`. One Window operator over that order gives the
+How (docs/design.md §10): the window's rows are selected where they are read (`frames.recent`:
+each group's newest time, broadcast and joined on a 64-bit hash of the group keys), shuffled once
+by partition and sorted once in sample order `SAMPLE_ORDER`. One Window operator over that order gives the
 consecutive pairs (`lag`), flags the first and last sample (`lag`/`lead` of a literal) and the
 last owner; a hash aggregate (numeric buffers only, so generated code and no second sort) folds
 each partition into its counts, its first and last samples' fields and the order-free flags.
@@ -37,40 +37,16 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as sf
 
 from groupops.lag.forecast import FORECAST_COLUMNS
-from groupops.pipeline.frames import GROUP_KEYS, PARTITION_KEYS, with_seconds_and_lag
+from groupops.pipeline.frames import PARTITION_KEYS, recent, with_seconds_and_lag
 
 __all__ = ["SAMPLE_ORDER", "STATUSES", "STREAM_KEY", "forecast", "window_rows"]
 
 STATUSES = ("OK", "WARN", "STOP", "STALL", "REWIND", "UNKNOWN")
 STREAM_KEY = "partition_hash"  # xxhash64 of PARTITION_KEYS: the sort's leading key
-GROUP_HASH = "__group_hash"  # xxhash64 of GROUP_KEYS: the newest-time join's key
 
 
 SAMPLE_ORDER = ("t", "consumed", "lag", "log_end", "member")
 """A partition's samples in time order (ties broken by the rest: the order is total)."""
-
-
-def _same_or_both_null(left: Column, right: Column) -> Column:
-    """`left <=> right` written so that the join keeps it as a condition: Spark would make a
-    null-safe equality a join key, and the hashed relation would then be keyed by strings."""
-    return sf.coalesce(left == right, left.isNull() & right.isNull())
-
-
-def _in_window(rows: DataFrame, *, window_s: float) -> DataFrame:
-    """The rows at most `window_s` before the newest `t` of their group (null keys a group of
-    their own, a null time never kept): `frames.recent`'s broadcast of each group's newest time,
-    joined on one long, the xxhash64 of the group keys, with the keys' null-safe equality and the
-    window as the join's condition. A long key makes the broadcast a hashed relation of longs; a
-    hash shared by two groups costs a failed condition, never a wrong row."""
-    keyed = rows.withColumn(GROUP_HASH, sf.xxhash64(*GROUP_KEYS))
-    newest = sf.broadcast(keyed.groupBy(GROUP_HASH, *GROUP_KEYS).agg(sf.max("t").alias("__newest")))
-    left, right = keyed.alias("__rows"), newest.alias("__maxima")
-    condition = [
-        sf.col(f"__rows.{GROUP_HASH}") == sf.col(f"__maxima.{GROUP_HASH}"),
-        *(_same_or_both_null(sf.col(f"__rows.{k}"), sf.col(f"__maxima.{k}")) for k in GROUP_KEYS),
-        sf.col("__rows.t") >= sf.col("__maxima.__newest") - sf.lit(float(window_s)),
-    ]
-    return left.join(right, condition).select("__rows.*").drop(GROUP_HASH)
 
 
 def window_rows(snapshots: DataFrame, *, window_s: float) -> DataFrame:
@@ -85,7 +61,8 @@ def window_rows(snapshots: DataFrame, *, window_s: float) -> DataFrame:
         "log_end",
         "member",
     )
-    return _in_window(rows, window_s=window_s).withColumn(STREAM_KEY, sf.xxhash64(*PARTITION_KEYS))
+    recent_rows = recent(rows, time_column="t", span_s=window_s).drop("newest_t")
+    return recent_rows.withColumn(STREAM_KEY, sf.xxhash64(*PARTITION_KEYS))
 
 
 def forecast(snapshots: DataFrame, *, window_s: float, horizon_s: float) -> DataFrame:

@@ -22,6 +22,7 @@ __all__ = [
 GROUP_KEYS = ("cluster", "group")
 PARTITION_KEYS = ("cluster", "group", "topic", "partition")
 TOPIC_PARTITION_KEYS = ("cluster", "topic", "partition")
+_KEY_HASH = "__key_hash"  # xxhash64 of `recent`'s keys: its join's key
 
 
 def seconds(ts: Column) -> Column:
@@ -64,15 +65,29 @@ def recent(
     shuffles only its window. The maxima are broadcast by a hint (about 100 bytes per group): left
     to adaptive execution, the first plan is a sort-merge join (the aggregate's size is estimated
     from the files') whose shuffle of every row runs before the broadcast is chosen
-    (docs/design.md §10).
+    (docs/design.md §10). The join's key is one long, the xxhash64 of `keys`, so the broadcast is
+    a hashed relation of longs; the keys' null-safe equality is part of the condition, so a hash
+    shared by two groups costs a failed condition, never a wrong row.
     """
-    newest = sf.broadcast(frame.groupBy(*keys).agg(sf.max(time_column).alias("__newest")))
-    rows, maxima = frame.alias("__rows"), newest.alias("__maxima")
-    same_key = [sf.col(f"__rows.{k}").eqNullSafe(sf.col(f"__maxima.{k}")) for k in keys]
+    keyed = frame.withColumn(_KEY_HASH, sf.xxhash64(*keys))
+    newest = sf.broadcast(keyed.groupBy(_KEY_HASH, *keys).agg(sf.max(time_column).alias("__newest")))
+    rows, maxima = keyed.alias("__rows"), newest.alias("__maxima")
+    same_key = [
+        sf.col(f"__rows.{_KEY_HASH}") == sf.col(f"__maxima.{_KEY_HASH}"),
+        *(_same_or_both_null(sf.col(f"__rows.{k}"), sf.col(f"__maxima.{k}")) for k in keys),
+    ]
     if span_s is None:
         in_span = sf.col(f"__rows.{time_column}") == sf.col("__maxima.__newest")
-        return rows.join(maxima, [*same_key, in_span]).select("__rows.*")
+        return rows.join(maxima, [*same_key, in_span]).select("__rows.*").drop(_KEY_HASH)
     in_span = sf.col(f"__rows.{time_column}") >= sf.col("__maxima.__newest") - sf.lit(float(span_s))
-    return rows.join(maxima, [*same_key, in_span]).select(
-        "__rows.*", sf.col("__maxima.__newest").alias(f"newest_{time_column}")
+    return (
+        rows.join(maxima, [*same_key, in_span])
+        .select("__rows.*", sf.col("__maxima.__newest").alias(f"newest_{time_column}"))
+        .drop(_KEY_HASH)
     )
+
+
+def _same_or_both_null(left: Column, right: Column) -> Column:
+    """`left <=> right` written so that the join keeps it as a condition: Spark makes a null-safe
+    equality a join key, and the hashed relation would then be keyed by strings."""
+    return sf.coalesce(left == right, left.isNull() & right.isNull())
