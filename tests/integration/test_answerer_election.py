@@ -4,14 +4,17 @@ server, against a standby in a process of its own:
 - the operator's main process holding its interpreter for longer than the Lease: with the
   election in that process the standby takes over (the fault of §8.5); with the election in the
   answering process the Lease keeps being renewed and the standby never leads;
-- a main process that stops pulsing (frozen) lets the Lease run out: the standby leads in the
-  next term, and the operator is told why it lost;
+- a main process stopped with SIGSTOP (frozen: no pulse, no CPU) lets the Lease run out: the
+  standby leads in the next term, and the operator is told why it lost;
+- a main process that does not pulse but keeps using CPU (starved) keeps the Lease, up to the
+  starved limit;
 - a step-down hands the Lease over at once.
 """
 
 from __future__ import annotations
 
 import ctypes
+import signal
 import subprocess
 import sys
 import threading
@@ -35,6 +38,11 @@ LEASE_S = 2.0
 PULSE_TIMEOUT_S = 6.0
 """Longer than the hold below: the main process held for 3 s is starved, not frozen."""
 HOLD_S = 3
+FROZEN_PULSE_TIMEOUT_S = 1.0
+STARVED_PULSE_TIMEOUT_S = 1.0
+STARVED_LIMIT_S = 6.0
+"""Longer than the pulse timeout and the Lease together: a standby leading before it means the
+starved operator was judged frozen."""
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -174,21 +182,84 @@ def test_a_main_process_held_longer_than_the_lease_keeps_leading_only_with_the_e
     assert elector.still_leading() and not lost and elector.term == term
 
 
-def test_a_silent_main_process_lets_the_lease_run_out_and_the_operator_is_told_why(
-    namespace: str, answerer: HeartbeatProcess, standby: Callable[[], Standby]
+def test_a_frozen_main_process_lets_the_lease_run_out_and_the_operator_is_told_why(
+    kube_config: str, namespace: str, standby: Callable[[], Standby]
 ) -> None:
-    election = answerer.election(settings(namespace), None, pulse_timeout_s=1.0)
+    leader = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.integration.election_leader",
+            kube_config,
+            namespace,
+            str(LEASE_S),
+            str(FROZEN_PULSE_TIMEOUT_S),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    operator = Standby(leader)  # the same reader of printed lines
+    try:
+        wait_for("the operator to lead", operator.won_at, 60, interval=0.1)
+        term = operator.term()
+        candidate = standby()
+        leader.send_signal(signal.SIGSTOP)  # the main process only: its answering process runs on
+        frozen_at = time.monotonic()
+        wait_for("the standby to lead", candidate.won_at, 30, interval=0.05)
+        won_at = candidate.won_at()
+        assert won_at is not None
+        assert won_at - frozen_at >= FROZEN_PULSE_TIMEOUT_S + LEASE_S - 0.5, "taken before the Lease ran out"
+        assert won_at - frozen_at < FROZEN_PULSE_TIMEOUT_S + LEASE_S + 5, "the frozen process was renewed for"
+        assert candidate.term() == term + 1
+        leader.send_signal(signal.SIGCONT)
+
+        def told() -> list[str]:
+            return [line for _, line in operator.lines if line.startswith("lost")]
+
+        wait_for("the operator to be told", told, 10)
+        assert "frozen" in told()[0], told()
+    finally:
+        leader.send_signal(signal.SIGCONT)
+        operator.end()
+
+
+def test_a_starved_main_process_keeps_the_lease_while_it_works_up_to_the_limit(
+    client: KubeClient, namespace: str, answerer: HeartbeatProcess, standby: Callable[[], Standby]
+) -> None:
+    election = answerer.election(
+        settings(namespace), None, pulse_timeout_s=STARVED_PULSE_TIMEOUT_S, starved_limit_s=STARVED_LIMIT_S
+    )
     lost = lead(election)
     candidate = standby()
-    election.halt()  # no more pulses: the main process is frozen, as far as the answerer knows
-    halted_at = time.monotonic()
-    wait_for("the standby to lead", candidate.won_at, 30, interval=0.05)
+    working = threading.Event()
+    working.set()
+    worker = threading.Thread(target=burn_cpu_while, args=(working,), daemon=True)
+    worker.start()
+    try:
+        election.halt()  # no more pulses, while this process keeps using CPU: starved, not frozen
+        halted_at = time.monotonic()
+        time.sleep(STARVED_PULSE_TIMEOUT_S + 0.5)
+        renewed = renew_time(client, namespace)
+        time.sleep(LEASE_S)
+        assert renew_time(client, namespace) != renewed, "not renewed for a starved main process"
+        assert candidate.won_at() is None, f"the standby took over a starved operator: {candidate.lines}"
+        wait_for("the standby to lead", candidate.won_at, 30, interval=0.05)
+    finally:
+        working.clear()
+        worker.join(10)
     won_at = candidate.won_at()
-    assert won_at is not None and won_at - halted_at >= 1.0 + LEASE_S - 0.5, "taken before the Lease ran out"
+    assert won_at is not None
+    assert won_at - halted_at >= STARVED_LIMIT_S + LEASE_S - 0.5, "taken before the starved limit"
     assert candidate.term() == election.term + 1
     wait_for("the operator to be told", lambda: lost, 10, interval=0.05)
-    assert "silent" in lost[0], lost
+    assert "while using CPU" in lost[0], lost
     assert not election.still_leading()
+
+
+def burn_cpu_while(working: threading.Event) -> None:
+    while working.is_set():
+        sum(range(10_000))
 
 
 def test_a_step_down_hands_over_at_once_and_the_answerers_requests_are_counted(

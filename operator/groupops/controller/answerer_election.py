@@ -10,7 +10,8 @@ Two halves, one per process, talking over the answerer's pipes:
 
     main process        `AnswererElection`: what `controller.main` and the reconciles ask of an
                         elector (`acquire`, `still_leading`, `term`, `valid_until`, `release`,
-                        `start_renewing`'s `on_lost`); it sends a pulse every `PULSE_EVERY_S`
+                        `start_renewing`'s `on_lost`); it stamps a `PulseStamp` every
+                        `PULSE_EVERY_S`
     answering process   `ElectionHost`: a `LeaderElector` on a client of its own, which campaigns,
                         renews, and reports ("elected", term, until), ("valid", until) after
                         every renewal, ("lost", reason), ("released",), and each API request
@@ -19,8 +20,11 @@ Two halves, one per process, talking over the answerer's pipes:
 The rules that keep one leader:
 
 - The Lease stands for the whole operator, so the host renews only while the main process is
-  heard: a pulse at most `PULSE_TIMEOUT_S` old. A frozen or wedged main process lets the Lease
-  run out, as it did when it renewed itself.
+  heard (`MainProcessWatch`): a pulse at most `PULSE_TIMEOUT_S` old, or, while the main process
+  is using CPU (its /proc stat moves), one at most `STARVED_PULSE_LIMIT_S` old. A frozen main
+  process (stopped, or blocked with no thread running) lets the Lease run out `PULSE_TIMEOUT_S`
+  after its last pulse, a busy one that never pulses (a thread spinning with the interpreter)
+  `STARVED_PULSE_LIMIT_S` after it, and a starved one keeps its Lease (design §8.1).
 - The main process acts as leader only until the deadline it was last told, on its own reading
   of CLOCK_MONOTONIC (the same clock in both processes). A late report can only end its
   leadership early, never extend it; the answerer's book grants heartbeats on the elector's own
@@ -32,41 +36,133 @@ The rules that keep one leader:
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
+from multiprocessing.context import SpawnContext
 from typing import Any
 
 from groupops.controller.leader import LeaderElector, LeadershipLost
 from groupops.controller.settings import ElectionSettings
 from groupops.kubeapi import KubeClient, KubeError
 
-__all__ = ["PULSE_EVERY_S", "PULSE_TIMEOUT_S", "AnswererElection", "ElectionHost"]
+__all__ = [
+    "PULSE_EVERY_S",
+    "PULSE_TIMEOUT_S",
+    "STARVED_PULSE_LIMIT_S",
+    "AnswererElection",
+    "ElectionHost",
+    "MainProcessWatch",
+    "PulseStamp",
+    "cpu_ticks",
+]
 
 log = logging.getLogger(__name__)
 
 PULSE_EVERY_S = 0.25
 PULSE_TIMEOUT_S = 2.0
-"""The host renews only while the main process's last pulse is this recent. Eight pulses: a main
-process starved for the interpreter still sends one a second (one small pipe write), while a
-frozen one costs a takeover at most this much more than a frozen pod (docs/design.md §8.1)."""
+"""The host renews while the main process's last pulse is this recent. Eight pulses: a frozen main
+process costs a takeover at most this much more than a frozen pod (docs/design.md §8.1)."""
+STARVED_PULSE_LIMIT_S = 10.0
+"""...and while it is this recent and the main process used CPU within the last `PULSE_TIMEOUT_S`:
+a main process that works but whose pulse thread waits for the interpreter is starved, not
+frozen. The bound is what a thread that spins with the interpreter for ever costs a takeover."""
 
 RELEASE_WAIT_S = 5.0
 REPORT_EVERY_S = 0.05
 """How often the host looks for a new deadline to report (a renewal moves it once a second)."""
 
 
+class PulseStamp:
+    """The main process's last pulse (CLOCK_MONOTONIC, the same clock in both processes), in a
+    double shared by the two: a pulse is one store, with no pipe, lock or queue in its way, so
+    it is late only when its thread waits for the interpreter. Made before the answering process
+    is spawned, and handed to it with the process's arguments."""
+
+    def __init__(self, context: SpawnContext) -> None:
+        self._value = context.RawValue("d", time.monotonic())
+
+    def beat(self) -> None:
+        self._value.value = time.monotonic()
+
+    def last(self) -> float:
+        return float(self._value.value)
+
+
+def cpu_ticks(pid: int) -> int | None:
+    """The CPU time process `pid` has used (user and system, in clock ticks), or None when its
+    /proc entry cannot be read (gone, or no /proc: then only the pulse counts)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+        return int(fields[11]) + int(fields[12])  # utime and stime, fields 14 and 15 of proc(5)
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class MainProcessWatch:
+    """Whether the main process is heard (design §8.1, "a starved main process keeps the
+    Lease"). `silence()` is None while it is, else why not; it is asked before every renewal, and
+    each call samples the main process's CPU time, so "used CPU recently" is judged at the
+    renewal period's resolution."""
+
+    def __init__(
+        self,
+        pulse_at: Callable[[], float],
+        cpu: Callable[[], int | None],
+        *,
+        pulse_timeout_s: float = PULSE_TIMEOUT_S,
+        starved_limit_s: float = STARVED_PULSE_LIMIT_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._pulse_at = pulse_at
+        self._cpu = cpu
+        self._pulse_timeout_s = pulse_timeout_s
+        self._starved_limit_s = max(starved_limit_s, pulse_timeout_s)
+        self._clock = clock
+        self._ticks = cpu()
+        self._worked_at = clock()
+        self.starved = False
+        """Whether the last judgement kept the Lease on CPU time alone (for the log)."""
+
+    def silence(self) -> str | None:
+        now = self._clock()
+        ticks = self._cpu()
+        if ticks is not None and ticks != self._ticks:
+            self._ticks, self._worked_at = ticks, now
+        silent = now - self._pulse_at()
+        self.starved = False
+        if silent < self._pulse_timeout_s:
+            return None
+        idle = now - self._worked_at
+        if ticks is None:
+            return f"the operator's main process has been silent for {silent:.1f} s"
+        if idle >= self._pulse_timeout_s:
+            return (
+                f"the operator's main process has been silent for {silent:.1f} s and has used no "
+                f"CPU for {idle:.1f} s (frozen)"
+            )
+        if silent >= self._starved_limit_s:
+            return (
+                f"the operator's main process has been silent for {silent:.1f} s while using CPU "
+                f"(limit {self._starved_limit_s:g} s for a starved one)"
+            )
+        self.starved = True
+        return None
+
+
 class ElectionHost:
     """The answering process's side. `send` writes one message to the main process's election
     pipe; every method is called from the answerer's command loop."""
 
-    def __init__(self, send: Callable[[tuple[Any, ...]], None]) -> None:
+    def __init__(self, send: Callable[[tuple[Any, ...]], None], pulse: PulseStamp) -> None:
         self._send = send
+        self._pulse = pulse
         self._elector: LeaderElector | None = None
         self._stop = threading.Event()
-        self._pulse_at = time.monotonic()
-        self._pulse_timeout_s = PULSE_TIMEOUT_S
+        self._watch: MainProcessWatch | None = None
 
     def still_leading(self) -> bool:
         return self._elector is not None and self._elector.still_leading()
@@ -78,7 +174,16 @@ class ElectionHost:
     def campaigning(self) -> bool:
         return self._elector is not None
 
-    def campaign(self, settings: ElectionSettings, advertise: str | None, pulse_timeout_s: float) -> None:
+    def campaign(
+        self,
+        settings: ElectionSettings,
+        advertise: str | None,
+        pulse_timeout_s: float,
+        starved_limit_s: float,
+        main_pid: int | None,
+    ) -> None:
+        """Campaign, then renew while the main process is heard: `main_pid`'s CPU time tells a
+        starved one from a frozen one (None: this process's parent, the operator)."""
         try:
             client = KubeClient.from_environment(pool_size=4)
         except KubeError as e:
@@ -86,12 +191,14 @@ class ElectionHost:
             return
         client.count_requests(lambda verb, kind: self._send(("request", verb, kind)))
         self._elector = LeaderElector(client, settings, advertise=advertise)
-        self._pulse_timeout_s = pulse_timeout_s
-        self._pulse_at = time.monotonic()
+        pid = os.getppid() if main_pid is None else main_pid
+        self._watch = MainProcessWatch(
+            self._pulse.last,
+            lambda: cpu_ticks(pid),
+            pulse_timeout_s=pulse_timeout_s,
+            starved_limit_s=starved_limit_s,
+        )
         threading.Thread(target=self._run, args=(self._elector,), name="election", daemon=True).start()
-
-    def pulse(self) -> None:
-        self._pulse_at = time.monotonic()
 
     def stop_campaign(self) -> None:
         self._stop.set()
@@ -103,10 +210,16 @@ class ElectionHost:
         self._send(("released",))
 
     def _main_process_heard(self) -> str | None:
-        silent = time.monotonic() - self._pulse_at
-        if silent < self._pulse_timeout_s:
-            return None
-        return f"the operator's main process has been silent for {silent:.1f} s"
+        assert self._watch is not None
+        was_starved = self._watch.starved
+        silence = self._watch.silence()
+        if self._watch.starved and not was_starved:
+            log.warning(
+                "renewing the election Lease while the operator's main process is starved: no "
+                "pulse for %.1f s, but it is using CPU",
+                time.monotonic() - self._pulse.last(),
+            )
+        return silence
 
     def _lost(self, reason: str) -> None:
         self._stop.set()
@@ -138,13 +251,17 @@ class AnswererElection:
         self,
         send: Callable[..., None],
         reports: Connection,
+        pulse: PulseStamp,
         settings: ElectionSettings,
         advertise: str | None,
         *,
         pulse_timeout_s: float = PULSE_TIMEOUT_S,
+        starved_limit_s: float = STARVED_PULSE_LIMIT_S,
+        main_pid: int | None = None,
         count_request: Callable[[str, str], None] | None = None,
     ) -> None:
         self._send = send
+        self._stamp = pulse
         self._count_request = count_request
         self._reports = reports
         self._settings = settings
@@ -160,7 +277,7 @@ class AnswererElection:
         self.term = 0
         threading.Thread(target=self._receive, name="election-reports", daemon=True).start()
         threading.Thread(target=self._pulse, name="election-pulse", daemon=True).start()
-        send("campaign", settings, advertise, pulse_timeout_s)
+        send("campaign", settings, advertise, pulse_timeout_s, starved_limit_s, main_pid)
 
     @property
     def identity(self) -> str:
@@ -194,7 +311,8 @@ class AnswererElection:
             on_lost(ended)
 
     def halt(self) -> None:
-        """Stop the pulses, as a frozen main process would: the host stops renewing."""
+        """Stop the pulses, as a main process whose pulse thread never gets the interpreter would:
+        the host renews on while this process uses CPU, up to the starved limit."""
         self._pulsing.clear()
 
     def release(self) -> None:
@@ -209,7 +327,7 @@ class AnswererElection:
     def _pulse(self) -> None:
         while True:
             self._pulsing.wait()
-            self._send("pulse")
+            self._stamp.beat()
             time.sleep(PULSE_EVERY_S)
 
     def _receive(self) -> None:

@@ -12,8 +12,9 @@ What crosses between the two processes (four one-way pipes, each message a tuple
     operator -> answerer   Lease events (a mirror of the operator's Lease cache, sent in the
                            cache's order), attach/detach of policies, published epochs,
                            maxPollIntervalSeconds, the fence guard's calls; and either the
-                           election's commands and pulses (the election kept here, §8.1,
-                           `controller.answerer_election`) or leadership as the operator's own
+                           election's commands (the election kept here, §8.1,
+                           `controller.answerer_election`; its pulses go by a shared
+                           `PulseStamp`, not this pipe) or leadership as the operator's own
                            elector has it (its monotonic deadline and the leader's address)
     answerer -> operator   every 0.1 s, even when empty: the heartbeats granted (identity,
                            moment), progress, the answers by kind, the moment it was taken;
@@ -48,7 +49,13 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
 
-from groupops.controller.answerer_election import PULSE_TIMEOUT_S, AnswererElection, ElectionHost
+from groupops.controller.answerer_election import (
+    PULSE_TIMEOUT_S,
+    STARVED_PULSE_LIMIT_S,
+    AnswererElection,
+    ElectionHost,
+    PulseStamp,
+)
 from groupops.controller.cache import Listener
 from groupops.controller.heartbeats import HeardProgress, HeartbeatBook, HeartbeatServer, MetricsTally
 from groupops.controller.metrics import Metrics
@@ -128,9 +135,10 @@ class HeartbeatProcess:
         self._replies, replies_out = context.Pipe(duplex=False)
         self._reports, reports_out = context.Pipe(duplex=False)
         self._election_reports, election_out = context.Pipe(duplex=False)
+        self._pulse = PulseStamp(context)
         self._process = context.Process(
             target=_answer,
-            args=(host, port, _ChildEnds(commands_in, replies_out, reports_out, election_out)),
+            args=(host, port, _ChildEnds(commands_in, replies_out, reports_out, election_out), self._pulse),
             name="groupops-heartbeats",
             daemon=True,
         )
@@ -193,16 +201,26 @@ class HeartbeatProcess:
         self._send("lease", event_type, _slim(lease))
 
     def election(
-        self, settings: ElectionSettings, advertise: str | None, *, pulse_timeout_s: float = PULSE_TIMEOUT_S
+        self,
+        settings: ElectionSettings,
+        advertise: str | None,
+        *,
+        pulse_timeout_s: float = PULSE_TIMEOUT_S,
+        starved_limit_s: float = STARVED_PULSE_LIMIT_S,
+        main_pid: int | None = None,
     ) -> AnswererElection:
         """Campaign and renew in the answering process (docs/design.md §8.1); the answerer then
-        grants on that election's own deadline, and `start_leadership` is not called."""
+        grants on that election's own deadline, and `start_leadership` is not called. `main_pid`:
+        whose CPU time tells a starved main process from a frozen one (None: this process)."""
         return AnswererElection(
             self._send,
             self._election_reports,
+            self._pulse,
             settings,
             advertise,
             pulse_timeout_s=pulse_timeout_s,
+            starved_limit_s=starved_limit_s,
+            main_pid=main_pid,
             count_request=None if self.metrics is None else self.metrics.count_request,
         )
 
@@ -481,8 +499,6 @@ class _Answerer:
             self.book.note_max_poll_interval(*args)
         elif kind == "leading":
             self._lead_until, self._leader_address = args
-        elif kind == "pulse":
-            self._election.pulse()
         elif kind == "campaign":
             self._election.campaign(*args)
         elif kind == "stop_campaign":
@@ -512,7 +528,7 @@ class _ChildEnds(NamedTuple):
     election: Connection
 
 
-def _answer(host: str, port: int, ends: _ChildEnds) -> None:
+def _answer(host: str, port: int, ends: _ChildEnds, pulse: PulseStamp) -> None:
     """The answering process: serve until the operator's end of `commands` closes."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s heartbeats %(levelname)s %(message)s")
     commands, replies, reports = ends.commands, ends.replies, ends.reports
@@ -523,7 +539,7 @@ def _answer(host: str, port: int, ends: _ChildEnds) -> None:
         with election_lock, contextlib.suppress(OSError):  # the operator gone: its pipe's end ends us
             ends.election.send(message)
 
-    answerer = _Answerer(outbox, ElectionHost(tell_election))
+    answerer = _Answerer(outbox, ElectionHost(tell_election, pulse))
     try:
         server = HeartbeatServer(answerer.book, host, port, tally=outbox)
     except OSError as e:
