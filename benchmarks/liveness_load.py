@@ -141,6 +141,7 @@ from tests.e2e.operator_support import (  # noqa: E402
 )
 
 from groupops.consumer.settings import LeaseSettings  # noqa: E402
+from groupops.controller.heartbeats import receive_stamped, stamp_receipts  # noqa: E402
 from groupops.controller.names import pod_name  # noqa: E402
 from groupops.controller.render_pods import CONSUMER_CONTAINER  # noqa: E402
 from groupops.devstack.kafka import KafkaCluster  # noqa: E402
@@ -432,6 +433,8 @@ class Fleet:
         self.counts: Counter[str] = Counter()
         self.put_latencies: deque[tuple[float, float]] = deque(maxlen=500_000)
         self.tick_lateness: deque[tuple[float, float]] = deque(maxlen=500_000)
+        self.receive_waits: deque[tuple[float, float]] = deque(maxlen=500_000)
+        """(wall time, how long an answer waited in this process's socket before it was read)."""
         self.invalid_now = 0
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -558,6 +561,7 @@ class Fleet:
             invalid = self.invalid_now
         latencies = [latency for at, latency in list(self.put_latencies) if at >= since]
         lateness = [late for at, late in list(self.tick_lateness) if at >= since]
+        receive_waits = [wait for at, wait in list(self.receive_waits) if at >= since]
         return {
             "now": time.time(),
             "udp_port": None if self._socket is None else self._socket.getsockname()[1],
@@ -571,6 +575,7 @@ class Fleet:
             "counts": counts,
             "put_latency_ms": _milliseconds(latencies),
             "tick_lateness_ms": _milliseconds(lateness),
+            "receive_wait_ms": _milliseconds(receive_waits),
         }
 
     # -- plans ---------------------------------------------------------------------------------------
@@ -723,9 +728,13 @@ class Fleet:
 
     def _receive_loop(self) -> None:
         assert self._socket is not None
+        stamped = stamp_receipts(self._socket)
         while not self._stop.is_set():
             try:
-                data, _ = self._socket.recvfrom(2048)
+                if stamped:
+                    data, _, received_at = receive_stamped(self._socket, 2048)
+                else:
+                    (data, _), received_at = self._socket.recvfrom(2048), None
             except TimeoutError:
                 continue
             except OSError:
@@ -733,6 +742,8 @@ class Fleet:
                     return
                 continue
             at = time.monotonic()
+            if received_at is not None:  # how late this process reads its answers: its own share
+                self.receive_waits.append((time.time(), max(0.0, time.time() - received_at)))
             try:
                 answer = decode_answer(data)
             except HeartbeatFormatError:
@@ -1479,6 +1490,7 @@ WAIT_HISTOGRAMS = {
     "routine run wait": (_RUN_WAIT, {"lane": "routine"}),
     "event loop lag": ("groupops_operator_event_loop_lag_seconds_bucket", {}),
     "heartbeat report delay": ("groupops_operator_heartbeat_report_delay_seconds_bucket", {}),
+    "heartbeat socket wait": ("groupops_operator_heartbeat_socket_wait_seconds_bucket", {}),
 }
 """The operator's waits (docs/design.md §8.5): for a run's worker, by lane, and kopf's loop's lag."""
 
@@ -1707,6 +1719,7 @@ class Point:
             },
             "generator_put_latency_ms": generator_after["put_latency_ms"],
             "generator_tick_lateness_ms": generator_after["tick_lateness_ms"],
+            "generator_receive_wait_ms": generator_after["receive_wait_ms"],
             "replicas_invalid_at_end": generator_after["invalid_now"],
             "uptime": machine_load(),
         }
@@ -2183,6 +2196,9 @@ def markdown_table(figures: dict[str, dict[str, Any]]) -> str:
     def in_window(key: str) -> Callable[[dict[str, Any]], int]:
         return lambda f: int(f["steady"]["generator_in_window"].get(key, 0))
 
+    def spread_ms(ms: dict[str, float]) -> str:
+        return " / ".join(str(ms.get(k, "n/a")) for k in ("median", "p95", "max")) + f" ms (n={ms['n']})"
+
     def latency(f: dict[str, Any]) -> str:
         ms = f["steady"]["generator_put_latency_ms"]
         return f"{ms.get('median', 'n/a')} / {ms.get('p95', 'n/a')} ms (n={ms['n']})"
@@ -2237,6 +2253,10 @@ def markdown_table(figures: dict[str, dict[str, Any]]) -> str:
         (
             "generator's own lateness per liveness action, median / p95 / max",
             lambda f: "{median} / {p95} / {max} ms".format(**f["steady"]["generator_tick_lateness_ms"]),
+        ),
+        (
+            "answers waiting in the generator's socket, median / p95 / max",
+            lambda f: spread_ms(f["steady"]["generator_receive_wait_ms"]),
         ),
         (
             "heartbeats granted/s (operator metric)",

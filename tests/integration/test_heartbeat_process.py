@@ -230,6 +230,9 @@ def test_reports_applied_late_hold_the_clock_back_instead_of_judging_a_granted_r
     # quarter Lease apart (forwarding), the last one 0.1 s before that beat at the earliest.
     wait_for("judged expired", lambda: clock.expired(holder, time.monotonic(), DURATION_S), 3, interval=0.05)
     assert time.monotonic() - granted_again >= DURATION_S * (1 - FORWARD_FRACTION) - 0.1
+    # The answerer's own lateness crosses with the reports: one socket wait per burst it read.
+    waits = metrics.registry.get_sample_value("groupops_operator_heartbeat_socket_wait_seconds_count")
+    assert waits is not None and waits >= 1
 
 
 def test_a_dead_answerer_is_reported_once_and_the_guard_never_fences_blind(

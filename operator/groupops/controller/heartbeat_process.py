@@ -84,6 +84,9 @@ PROGRESS_EVERY_S = 2.0
 seconds-since-poll gauge show it; the stuck rule is the answerer's own), unless its holder
 changed."""
 
+WAITS_PER_REPORT = 1_000
+"""Socket waits carried per report at most (one per burst read: a few hundred at 5,000 policies)."""
+
 FENCE_GUARD_TIMEOUT_S = 2.0
 """An unanswered fence guard does not fence (the safe answer); the answerer is then wedged or
 dead, and the operator exits (`on_lost`)."""
@@ -107,18 +110,21 @@ class _Reported:
     progress: dict[tuple[str, str], tuple[str, Mapping[str, float], float, str]] = field(default_factory=dict)
     """(namespace, Lease name) -> (holder identity, progress, heard at, policy)."""
     answered: Counter[str] = field(default_factory=Counter)
+    waits: list[float] = field(default_factory=list)
+    """How long the oldest heartbeat of each burst waited in the socket (`HeartbeatTally.waited`),
+    at most `WAITS_PER_REPORT`."""
     sent_at: float = -math.inf
     """When the report was taken (monotonic): every grant forwarded before then is in it or in an
     earlier report. Sent even when nothing else is, so the operator's clocks can judge silence up
     to it (`HeardThrough`)."""
 
     def wire(self) -> tuple[Any, ...]:
-        return (self.heard, self.progress, dict(self.answered), self.sent_at)
+        return (self.heard, self.progress, dict(self.answered), self.waits, self.sent_at)
 
     @classmethod
     def from_wire(cls, wire: tuple[Any, ...]) -> _Reported:
-        heard, progress, answered, sent_at = wire
-        return cls(heard, progress, Counter(answered), sent_at)
+        heard, progress, answered, waits, sent_at = wire
+        return cls(heard, progress, Counter(answered), waits, sent_at)
 
 
 class HeartbeatProcess:
@@ -341,6 +347,8 @@ class HeartbeatProcess:
         if self._tally is not None:
             for label, count in report.answered.items():
                 self._tally.answered(label, count)
+            for seconds in report.waits:
+                self._tally.waited(seconds)
             for (namespace, lease), identity, heard in progressed:
                 self._tally.progressed(namespace, lease, identity, heard)
 
@@ -424,6 +432,11 @@ class _Outbox:
     def answered(self, label: str, count: int = 1) -> None:
         with self._lock:
             self._report.answered[label] += count
+
+    def waited(self, seconds: float) -> None:
+        with self._lock:
+            if len(self._report.waits) < WAITS_PER_REPORT:
+                self._report.waits.append(seconds)
 
     def progressed(self, namespace: str, lease: str, identity: str, heard: HeardProgress) -> None:
         with self._lock:

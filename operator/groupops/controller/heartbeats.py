@@ -42,6 +42,7 @@ import logging
 import math
 import select
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -74,6 +75,8 @@ __all__ = [
     "HeartbeatServer",
     "HeartbeatTally",
     "MetricsTally",
+    "receive_stamped",
+    "stamp_receipts",
 ]
 
 log = logging.getLogger(__name__)
@@ -101,6 +104,34 @@ class HeardProgress:
 _RECEIVE_BUFFER_BYTES = 4 << 20
 _BURST = 256
 """Datagrams answered per wake-up at most, so that a stop is seen under any load."""
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+"""Linux's option (asm-generic value; Python does not export it): the kernel stamps each datagram
+with its CLOCK_REALTIME receive time, read as ancillary data (SCM_TIMESTAMPNS, the same number)."""
+_TIMESPEC = struct.Struct("@qq")
+_STAMP_SPACE = socket.CMSG_SPACE(_TIMESPEC.size)
+
+
+def stamp_receipts(sock: socket.socket) -> bool:
+    """Ask the kernel to stamp every datagram `sock` receives with its receive time (Linux);
+    False where it cannot. The kernel switches stamping on shortly after (a deferred switch):
+    a datagram that arrives before then is stamped when it is read, so it reads as not waiting."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
+
+
+def receive_stamped(sock: socket.socket, size: int) -> tuple[bytes, Any, float | None]:
+    """One datagram of a `stamp_receipts` socket: (data, sender, the kernel's receive time in
+    epoch seconds, or None when it was not stamped). How long a datagram waited unread is
+    `time.time()` minus that time: the reader's own lateness, not the network's."""
+    data, ancillary, _, sender = sock.recvmsg(size, _STAMP_SPACE)
+    for level, kind, value in ancillary:
+        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(value) >= _TIMESPEC.size:
+            seconds, nanoseconds = _TIMESPEC.unpack_from(value)
+            return data, sender, float(seconds) + float(nanoseconds) / 1e9
+    return data, sender, None
 
 
 class HeartbeatTally(Protocol):
@@ -112,6 +143,9 @@ class HeartbeatTally(Protocol):
 
     def progressed(self, namespace: str, lease: str, identity: str, heard: HeardProgress) -> None:
         """The replica of `lease` (holder `identity`) reported its progress."""
+
+    def waited(self, seconds: float) -> None:
+        """The oldest heartbeat of a burst waited this long in the socket before it was read."""
 
 
 class HeartbeatGuard(Protocol):
@@ -153,6 +187,9 @@ class MetricsTally:
         poll = heard.progress.get("poll")
         if poll is not None:
             self._metrics.member_seconds_since_poll.labels(namespace, heard.policy, identity).set(poll)
+
+    def waited(self, seconds: float) -> None:
+        self._metrics.heartbeat_socket_wait_seconds.observe(seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -393,6 +430,8 @@ class HeartbeatServer:
                 _RECEIVE_BUFFER_BYTES,
             )
         self._socket.setblocking(False)
+        # How long heartbeats wait here is this answerer's own lateness (a metric; Linux only).
+        self._stamped = self._tally is not None and stamp_receipts(self._socket)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="heartbeats", daemon=True)
         self._malformed_logged = 0.0
@@ -426,9 +465,13 @@ class HeartbeatServer:
             self._drain()
 
     def _drain(self) -> None:
-        for _ in range(_BURST):
+        for n in range(_BURST):
             try:
-                data, sender = self._socket.recvfrom(2048)
+                if n == 0 and self._stamped:  # the oldest of the burst: it waited the longest
+                    data, sender, received_at = receive_stamped(self._socket, 2048)
+                    self._note_wait(received_at)
+                else:
+                    data, sender = self._socket.recvfrom(2048)
             except BlockingIOError:
                 return
             except OSError as e:
@@ -447,6 +490,10 @@ class HeartbeatServer:
                 self._socket.sendto(encode_answer(answer), sender)
             except OSError as e:  # a full send buffer too: the replica asks again or falls back
                 log.debug("answering %s: %s", sender, e)
+
+    def _note_wait(self, received_at: float | None) -> None:
+        if received_at is not None and self._tally is not None:
+            self._tally.waited(max(0.0, time.time() - received_at))
 
     def _malformed(self, sender: Any, error: HeartbeatFormatError) -> None:
         if self._tally is not None:

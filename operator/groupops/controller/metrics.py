@@ -136,6 +136,15 @@ class Metrics:
             buckets=(0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0),
             registry=self.registry,
         )
+        self.heartbeat_socket_wait_seconds = Histogram(
+            "groupops_operator_heartbeat_socket_wait_seconds",
+            "How long a heartbeat waited in the answering socket before it was read (the kernel's "
+            "receive time to the read), for the oldest heartbeat of each burst: the answerer's own "
+            "lateness. A replica asks again after 3/8 of its heartbeat interval and falls back to "
+            "a Lease write after 3/4 (docs/design.md §7.5).",
+            buckets=(0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0),
+            registry=self.registry,
+        )
         self.reconciles_skipped = Counter(
             "groupops_reconciles_skipped",
             "Routine runs (the tick's) of a settled policy that found nothing changed and stopped "

@@ -4,6 +4,7 @@ that makes "judged silent" and "granted" exclusive."""
 from __future__ import annotations
 
 import socket
+import time
 from typing import Any
 
 import pytest
@@ -274,3 +275,28 @@ def test_the_server_answers_every_heartbeat_of_a_burst_and_stops(monkeypatch: py
         server.stop()
         replica.close()
     assert not server._thread.is_alive()
+
+
+def test_the_time_a_heartbeat_waited_in_the_socket_is_measured_from_the_kernels_receive_time() -> None:
+    metrics = Metrics()
+    world = World()
+    server = HeartbeatServer(world.book, "127.0.0.1", 0, metrics=metrics)
+    replica = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    replica.settimeout(5)
+    unread_s = 0.4
+    time.sleep(0.2)  # the kernel switches receive stamps on shortly after a socket first asks
+    try:
+        replica.sendto(
+            encode_heartbeat(Heartbeat(namespace=NS, lease=LEASE, incarnation="p1", seq=1)),
+            ("127.0.0.1", server.port),
+        )
+        time.sleep(unread_s)  # the answering thread is not running yet: the heartbeat waits unread
+        server.start()
+        assert decode_answer(replica.recv(2048)).status is HeartbeatStatus.GRANTED
+    finally:
+        server.stop()
+        replica.close()
+    count = metrics.registry.get_sample_value("groupops_operator_heartbeat_socket_wait_seconds_count")
+    waited = metrics.registry.get_sample_value("groupops_operator_heartbeat_socket_wait_seconds_sum")
+    assert count == 1
+    assert waited is not None and unread_s <= waited < unread_s + 5, waited
