@@ -2139,8 +2139,12 @@ def point(mode: str, count: int, args: argparse.Namespace, workdir: Path) -> dic
         run.figures["create_s"] = round(time.monotonic() - started, 1)
         print(f"  created {count} policies in {run.figures['create_s']} s", flush=True)
         run.settle(args.setup_timeout)
+        waits_settled = operator_waits(run.metrics_port)
         run.steady(args.steady)
         waits_before = operator_waits(run.metrics_port)
+        run.figures["waits_in_steady"] = {
+            name: wait_quantiles(waits_settled.get(name, {}), after) for name, after in waits_before.items()
+        }
         run.crashes(args.crashes, args.crash_timeout)
         run.changes(args.changes, args.crash_timeout)
         waits_after = operator_waits(run.metrics_port)
