@@ -99,6 +99,7 @@ import http.client
 import itertools
 import json
 import logging
+import math
 import os
 import random
 import re
@@ -380,6 +381,10 @@ class Replica:
 
 
 _TICK, _DEADLINE, _RETRY = 0, 1, 2
+READ_THROUGH_IDLE_S = 0.05
+"""The answer socket's read timeout: an empty read moves `_read_through` on at least this often."""
+READ_THROUGH_RECHECK_S = 0.01
+"""A deadline that may have an unread answer looks again this much later."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -458,7 +463,12 @@ class Fleet:
             self._socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
             self._socket.bind(("127.0.0.1", 0))
-            self._socket.settimeout(0.5)
+            self._socket.settimeout(READ_THROUGH_IDLE_S)
+        self._read_through = -math.inf
+        """Every answer the kernel received before this moment (monotonic) has been read: a
+        deadline or a validity is judged only up to it, so that this process reading its socket
+        late does not make its replicas miss answers that reached them in time (a real replica
+        reads its own socket at once)."""
         fleet = self
 
         class Follower(PlanWatch):
@@ -644,7 +654,7 @@ class Fleet:
                 now = time.monotonic()
                 while self._heap and self._heap[0][0] <= now:
                     due, _, kind, key, token = heapq.heappop(self._heap)
-                    action = self._due(kind, key, token, now)
+                    action = self._due(kind, key, token, now, due)
                     if action is not None:
                         actions.append(action)
                         if kind == _TICK:  # how late this process acts: its own share of any gap
@@ -655,12 +665,18 @@ class Fleet:
             for action in actions:
                 action()
 
-    def _due(self, kind: int, key: int, token: int, now: float) -> Callable[[], None] | None:
-        """Under the lock: what a due heap entry means now (None: it is stale)."""
+    def _due(self, kind: int, key: int, token: int, now: float, due: float) -> Callable[[], None] | None:
+        """Under the lock: what a due heap entry means now (None: it is stale, or put back)."""
         if kind == _DEADLINE:
             pending = self._pending.get(key)
             if pending is None:
                 return None  # answered in time
+            if self._read_through < due:  # an answer in time may still be unread: look again
+                # The reader is about this far behind: look again once it may have caught up.
+                again_at = now + min(0.5, max(READ_THROUGH_RECHECK_S, due - self._read_through))
+                heapq.heappush(self._heap, (again_at, next(self._order), kind, key, token))
+                self.counts["deadlines_held_for_unread_answers"] += 1
+                return None
             r, _, first, second, target = pending
             if not second:  # half the budget gone: a second datagram, as the client sends
                 # With several addresses the client gives each its share of the budget: the
@@ -730,12 +746,15 @@ class Fleet:
         assert self._socket is not None
         stamped = stamp_receipts(self._socket)
         while not self._stop.is_set():
+            started = time.monotonic()
             try:
                 if stamped:
                     data, _, received_at = receive_stamped(self._socket, 2048)
                 else:
                     (data, _), received_at = self._socket.recvfrom(2048), None
             except TimeoutError:
+                with self._wake:  # nothing was waiting when the read began
+                    self._read_through = max(self._read_through, started)
                 continue
             except OSError:
                 if self._stop.is_set():
@@ -743,13 +762,16 @@ class Fleet:
                 continue
             at = time.monotonic()
             if received_at is not None:  # how late this process reads its answers: its own share
-                self.receive_waits.append((time.time(), max(0.0, time.time() - received_at)))
+                waited = max(0.0, time.time() - received_at)
+                self.receive_waits.append((time.time(), waited))
+                at -= waited  # when it reached the replica's socket
             try:
                 answer = decode_answer(data)
             except HeartbeatFormatError:
                 self._count("heartbeat_answers_malformed")
                 continue
             with self._wake:
+                self._read_through = max(self._read_through, at)
                 pending = self._pending.get(answer.seq)
                 if pending is None:
                     self.counts["heartbeat_answers_late"] += 1
@@ -1015,6 +1037,8 @@ class Fleet:
         while not self._stop.wait(0.5):
             with self._lock:
                 now, invalid = time.monotonic(), 0
+                if self.heartbeats:  # a grant read late reached the replica in time
+                    now = min(now, self._read_through)
                 for r in self.replicas:
                     if r.crashed or not r.held:
                         continue

@@ -403,6 +403,7 @@ def log_problems(log_path: Path) -> dict[str, Any]:
         "CRITICAL": sum(1 for line in lines if "CRITICAL" in line),
         "election renewals skipped": sum(1 for line in lines if "not renewing the election Lease" in line),
         "starved main process, renewing on": sum(1 for line in lines if "main process is starved" in line),
+        "slow election renewals": sum(1 for line in lines if "slow election renewal" in line),
     }
     samples = [line for line in lines if "ERROR" in line or "Traceback" in line or "CRITICAL" in line][:5]
     return {"counts": counts, "samples": samples}

@@ -365,8 +365,16 @@ class LeaderElector:
                 if refusal is not None:
                     log.warning("not renewing the election Lease: %s", refusal)
                 else:
+                    started = time.monotonic()
                     self._renew_once()
                     attempt = 0
+                    took = time.monotonic() - started
+                    if took > self._settings.retry_seconds:  # the API server (or this process) is slow
+                        log.warning(
+                            "slow election renewal: %.1f s (renew deadline %g s)",
+                            took,
+                            self._settings.renew_deadline_seconds,
+                        )
             except LeadershipLost as e:
                 with self._lock:
                     self._valid_until = 0.0
