@@ -17,11 +17,12 @@ it runs kopf, the others wait. The rules are client-go's leader election (docs/d
   candidates never both win; a take from another holder increments `leaseTransitions`, which
   is the leader's *term*: strictly increasing across leaders, recorded with every plan it
   publishes (`controller.render_plan`), so a deposed leader's late write can be recognised.
-- The leader renews every `retry_seconds`. It counts as leading only until `renew_deadline_seconds`
-  after the *send* time of its last successful renewal (`still_leading`), which ends before any
-  candidate can judge the Lease expired (`renew_deadline_seconds < lease_seconds`). When that
-  passes, or a renewal finds another holder, leadership is lost: `on_lost` runs (the operator
-  exits at once, as client-go's callers do, and its pod restarts as a standby).
+- The leader starts a renewal every `retry_seconds` (at once after one that took longer). It
+  counts as leading only until `renew_deadline_seconds` after the *send* time of its last
+  successful renewal (`still_leading`), which ends before any candidate can judge the Lease
+  expired (`renew_deadline_seconds < lease_seconds`). When that passes, or a renewal finds
+  another holder, leadership is lost: `on_lost` runs (the operator exits at once, as client-go's
+  callers do, and its pod restarts as a standby).
 
 Errors: API failures while campaigning are logged with their attempt number and retried; they
 never end the process. Stepping down on SIGTERM clears the holder so the standby takes over
@@ -231,6 +232,11 @@ class LeaderElector:
         self._stop.set()
         with self._lock:
             self._valid_until = 0.0
+        renewing = self._thread
+        if renewing is not None and renewing is not threading.current_thread():
+            # A renewal in flight would move the Lease under the step-down's compare-and-swap,
+            # and a refused step-down makes the standby wait the Lease out.
+            renewing.join(timeout=self._settings.renew_deadline_seconds)
         try:
             lease = self._client.get(_API, "Lease", self._settings.namespace, self._settings.name)
             if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
@@ -359,13 +365,17 @@ class LeaderElector:
 
     def _renew_loop(self, on_lost: Callable[[str], None], may_renew: Callable[[], str | None] | None) -> None:
         attempt = 0
-        while not self._stop.wait(self._settings.retry_seconds):
+        started = time.monotonic()
+        # Paced by the attempts' starts, not their ends: a renewal that took most of a period is
+        # followed by the next one at once, so a slow API server shortens the validity left by
+        # its latency once, not twice (the next renewal's validity counts from its own send).
+        while not self._stop.wait(max(0.0, started + self._settings.retry_seconds - time.monotonic())):
+            started = time.monotonic()
             refusal = None if may_renew is None else may_renew()
             try:
                 if refusal is not None:
                     log.warning("not renewing the election Lease: %s", refusal)
                 else:
-                    started = time.monotonic()
                     self._renew_once()
                     attempt = 0
                     took = time.monotonic() - started
