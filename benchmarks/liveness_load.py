@@ -762,8 +762,9 @@ class Fleet:
                 continue
             at = time.monotonic()
             if received_at is not None:  # how late this process reads its answers: its own share
-                waited = max(0.0, time.time() - received_at)
-                self.receive_waits.append((time.time(), waited))
+                read_at = time.time()
+                waited = max(0.0, read_at - received_at)
+                self.receive_waits.append((read_at, waited))
                 at -= waited  # when it reached the replica's socket
             try:
                 answer = decode_answer(data)
@@ -2224,12 +2225,11 @@ def markdown_table(figures: dict[str, dict[str, Any]]) -> str:
     def in_window(key: str) -> Callable[[dict[str, Any]], int]:
         return lambda f: int(f["steady"]["generator_in_window"].get(key, 0))
 
-    def spread_ms(ms: dict[str, float]) -> str:
-        return " / ".join(str(ms.get(k, "n/a")) for k in ("median", "p95", "max")) + f" ms (n={ms['n']})"
+    def spread_ms(ms: dict[str, float], keys: tuple[str, ...] = ("median", "p95", "max")) -> str:
+        return " / ".join(str(ms.get(k, "n/a")) for k in keys) + f" ms (n={ms['n']})"
 
     def latency(f: dict[str, Any]) -> str:
-        ms = f["steady"]["generator_put_latency_ms"]
-        return f"{ms.get('median', 'n/a')} / {ms.get('p95', 'n/a')} ms (n={ms['n']})"
+        return spread_ms(f["steady"]["generator_put_latency_ms"], ("median", "p95"))
 
     def cpu(name: str) -> Callable[[dict[str, Any]], str]:
         return lambda f: f"{f['steady']['cpu_percent_of_one_core'][name]} %"

@@ -13,20 +13,14 @@ import sys
 import threading
 
 from groupops.controller.heartbeat_process import HeartbeatProcess
-from groupops.controller.settings import ElectionSettings
+from tests.integration.election_standby import election_settings
 
 
 def main() -> None:
     kubeconfig, namespace = sys.argv[1], sys.argv[2]
     lease_seconds, pulse_timeout_s = float(sys.argv[3]), float(sys.argv[4])
     os.environ["KUBECONFIG"] = kubeconfig  # the answering process's client reads it
-    settings = ElectionSettings(
-        namespace=namespace,
-        identity="operator",
-        lease_seconds=lease_seconds,
-        renew_deadline_seconds=lease_seconds * 0.7,
-        retry_seconds=0.25,
-    )
+    settings = election_settings(namespace, "operator", lease_seconds)
     answerer = HeartbeatProcess("127.0.0.1", 0)
     election = answerer.election(settings, None, pulse_timeout_s=pulse_timeout_s)
     if not election.acquire(threading.Event()):

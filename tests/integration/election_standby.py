@@ -15,15 +15,20 @@ from groupops.controller.settings import ElectionSettings
 from groupops.kubeapi import KubeClient
 
 
-def main() -> None:
-    kubeconfig, namespace, lease_seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
-    settings = ElectionSettings(
+def election_settings(namespace: str, identity: str, lease_seconds: float) -> ElectionSettings:
+    """The election tests' timing: short Leases, the operator's deadline ratio, quick retries."""
+    return ElectionSettings(
         namespace=namespace,
-        identity="standby",
+        identity=identity,
         lease_seconds=lease_seconds,
         renew_deadline_seconds=lease_seconds * 0.7,
         retry_seconds=0.25,
     )
+
+
+def main() -> None:
+    kubeconfig, namespace, lease_seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    settings = election_settings(namespace, "standby", lease_seconds)
     elector = LeaderElector(KubeClient.from_environment(kubeconfig=kubeconfig), settings)
     print("campaigning", flush=True)
     if elector.acquire(threading.Event()):

@@ -31,6 +31,7 @@ from groupops.controller.metrics import Metrics
 from groupops.controller.settings import ElectionSettings
 from groupops.kubeapi import KubeClient
 from tests.e2e.waiting import wait_for
+from tests.integration.election_standby import election_settings
 
 pytestmark = pytest.mark.integration
 
@@ -47,13 +48,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def settings(namespace: str) -> ElectionSettings:
-    return ElectionSettings(
-        namespace=namespace,
-        identity="operator",
-        lease_seconds=LEASE_S,
-        renew_deadline_seconds=LEASE_S * 0.7,
-        retry_seconds=0.25,
-    )
+    return election_settings(namespace, "operator", LEASE_S)
 
 
 @dataclass

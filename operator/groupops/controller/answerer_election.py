@@ -180,10 +180,9 @@ class ElectionHost:
         advertise: str | None,
         pulse_timeout_s: float,
         starved_limit_s: float,
-        main_pid: int | None,
     ) -> None:
-        """Campaign, then renew while the main process is heard: `main_pid`'s CPU time tells a
-        starved one from a frozen one (None: this process's parent, the operator)."""
+        """Campaign, then renew while the main process is heard: the CPU time of this process's
+        parent, the operator, tells a starved one from a frozen one."""
         try:
             client = KubeClient.from_environment(pool_size=4)
         except KubeError as e:
@@ -191,7 +190,7 @@ class ElectionHost:
             return
         client.count_requests(lambda verb, kind: self._send(("request", verb, kind)))
         self._elector = LeaderElector(client, settings, advertise=advertise)
-        pid = os.getppid() if main_pid is None else main_pid
+        pid = os.getppid()
         self._watch = MainProcessWatch(
             self._pulse.last,
             lambda: cpu_ticks(pid),
@@ -257,7 +256,6 @@ class AnswererElection:
         *,
         pulse_timeout_s: float = PULSE_TIMEOUT_S,
         starved_limit_s: float = STARVED_PULSE_LIMIT_S,
-        main_pid: int | None = None,
         count_request: Callable[[str, str], None] | None = None,
     ) -> None:
         self._send = send
@@ -277,7 +275,7 @@ class AnswererElection:
         self.term = 0
         threading.Thread(target=self._receive, name="election-reports", daemon=True).start()
         threading.Thread(target=self._pulse, name="election-pulse", daemon=True).start()
-        send("campaign", settings, advertise, pulse_timeout_s, starved_limit_s, main_pid)
+        send("campaign", settings, advertise, pulse_timeout_s, starved_limit_s)
 
     @property
     def identity(self) -> str:

@@ -213,11 +213,9 @@ class HeartbeatProcess:
         *,
         pulse_timeout_s: float = PULSE_TIMEOUT_S,
         starved_limit_s: float = STARVED_PULSE_LIMIT_S,
-        main_pid: int | None = None,
     ) -> AnswererElection:
         """Campaign and renew in the answering process (docs/design.md §8.1); the answerer then
-        grants on that election's own deadline, and `start_leadership` is not called. `main_pid`:
-        whose CPU time tells a starved main process from a frozen one (None: this process)."""
+        grants on that election's own deadline, and `start_leadership` is not called."""
         return AnswererElection(
             self._send,
             self._election_reports,
@@ -226,7 +224,6 @@ class HeartbeatProcess:
             advertise,
             pulse_timeout_s=pulse_timeout_s,
             starved_limit_s=starved_limit_s,
-            main_pid=main_pid,
             count_request=None if self.metrics is None else self.metrics.count_request,
         )
 

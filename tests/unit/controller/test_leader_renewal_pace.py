@@ -19,10 +19,11 @@ DEADLINE_S = 1.3
 inside the deadline; paced by ends, RETRY_S + 2 x LATENCY_S (1.4 s), beyond it."""
 
 
-class SlowServer:
-    """An API server that takes LATENCY_S to answer a renewal, and records when each was sent."""
+class Server:
+    """An API server that takes `latency_s` to answer a renewal, and records when each was sent."""
 
-    def __init__(self) -> None:
+    def __init__(self, latency_s: float) -> None:
+        self.latency_s = latency_s
         self.sent: list[float] = []
 
     def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
@@ -30,19 +31,23 @@ class SlowServer:
 
     def replace(self, body: dict[str, Any]) -> dict[str, Any]:
         self.sent.append(time.monotonic())
-        time.sleep(LATENCY_S)
+        time.sleep(self.latency_s)
         return body
 
+    def periods(self) -> list[float]:
+        """The times between successive renewals' sends."""
+        return [later - earlier for earlier, later in zip(self.sent, self.sent[1:], strict=False)]
 
-def test_a_slow_api_server_leaves_no_gap_between_two_successful_renewals() -> None:
+
+def leading(server: Server, retry_s: float, lost: list[str]) -> LeaderElector:
+    """An elector that has just won, renewing against `server` every `retry_s`."""
     settings = ElectionSettings(
         namespace="ops",
         identity="leader",
         lease_seconds=2.0,
         renew_deadline_seconds=DEADLINE_S,
-        retry_seconds=RETRY_S,
+        retry_seconds=retry_s,
     )
-    server = SlowServer()
     elector = LeaderElector(server, settings)  # type: ignore[arg-type]
     held = {
         "apiVersion": "coordination.k8s.io/v1",
@@ -51,8 +56,14 @@ def test_a_slow_api_server_leaves_no_gap_between_two_successful_renewals() -> No
         "spec": {"holderIdentity": "leader", "leaseTransitions": 0},
     }
     elector._won(term=0, sent=time.monotonic(), lease=held)
-    lost: list[str] = []
     elector.start_renewing(lost.append)
+    return elector
+
+
+def test_a_slow_api_server_leaves_no_gap_between_two_successful_renewals() -> None:
+    server = Server(LATENCY_S)
+    lost: list[str] = []
+    elector = leading(server, RETRY_S, lost)
     gaps: list[float] = []
     try:
         until = time.monotonic() + 4.0
@@ -65,29 +76,13 @@ def test_a_slow_api_server_leaves_no_gap_between_two_successful_renewals() -> No
     assert not lost, lost
     assert len(server.sent) >= 4, "too few renewals to judge the pace"
     assert not gaps, f"not leading between renewals at {len(gaps)} samples (renewals sent at {server.sent})"
-    starts = [later - earlier for earlier, later in zip(server.sent, server.sent[1:], strict=False)]
-    assert max(starts) < RETRY_S + 0.25, f"renewals paced by their ends: {starts}"
+    assert max(server.periods()) < RETRY_S + 0.25, f"renewals paced by their ends: {server.periods()}"
 
 
 def test_renewals_keep_their_period_when_the_api_server_is_fast() -> None:
-    settings = ElectionSettings(
-        namespace="ops",
-        identity="leader",
-        lease_seconds=2.0,
-        renew_deadline_seconds=DEADLINE_S,
-        retry_seconds=0.2,
-    )
-
-    class FastServer(SlowServer):
-        def replace(self, body: dict[str, Any]) -> dict[str, Any]:
-            self.sent.append(time.monotonic())
-            return body
-
-    server = FastServer()
-    elector = LeaderElector(server, settings)  # type: ignore[arg-type]
-    elector._won(term=0, sent=time.monotonic(), lease={"metadata": {}, "spec": {"holderIdentity": "leader"}})
-    elector.start_renewing(lambda reason: None)
+    server = Server(0.0)
+    elector = leading(server, 0.2, [])
     time.sleep(1.1)
     elector.halt()
-    starts = [later - earlier for earlier, later in zip(server.sent, server.sent[1:], strict=False)]
-    assert starts and min(starts) > 0.15, f"renewals faster than their period: {starts}"
+    periods = server.periods()
+    assert periods and min(periods) > 0.15, f"renewals faster than their period: {periods}"
