@@ -4,12 +4,15 @@ input, at 1M, 10M and 50M snapshot rows.
 
     .venv/bin/python benchmarks/pipeline.py [--rows 1000000,10000000,50000000]
         [--jobs timelag,forecast,plan] [--master local[*]] [--data DIR] [--pandas-memory 12g]
-        [--json FILE]
+        [--layouts plain,compacted] [--buckets 16] [--json FILE]
 
 Input: groupops.pipeline.synthetic histories of 50 partitions x 100 steps (10 s apart) per group
 (1M rows = 200 groups, 10M = 2,000, 50M = 10,000), written once to Parquet partitioned by `date`
 as `groupops snapshot` writes it (kept under `--data` for later runs; a temporary directory by
-default).
+default). `--layouts compacted` also runs Spark on a copy compacted by `groupops pipeline compact`
+(groupops.pipeline.layout: every date rewritten as `--buckets` buckets of (cluster, topic,
+partition), read without a shuffle); the compaction's own time is printed once per size. pandas
+reads the plain copy (the same rows).
 
 Spark runs the real transforms on `read_snapshots` (timelag.timelag; forecast.forecast with the
 job's defaults, a 600 s window and a 300 s horizon; plan.latest_lag + plan.plan with `lag`) and
@@ -41,6 +44,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -369,10 +373,37 @@ def gib(value: float) -> str:
     return f"{value / 2**30:.1f} GiB"
 
 
-def line(rows: int, job: str, spark: dict[str, Any], pandas: dict[str, Any]) -> dict[str, Any]:
+def compacted_copy(spark: Any, path: Path, buckets: int) -> Path:
+    """`path` copied once and compacted whole (every date, as `groupops pipeline compact` does)."""
+    from groupops.pipeline import layout  # noqa: PLC0415
+
+    target = path.with_name(f"{path.name}-compacted-{buckets}")
+    if not target.is_dir():
+        scratch = target.with_name(target.name + ".writing")
+        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.copytree(path, scratch)
+        started = time.perf_counter()
+        done = layout.compact(spark, scratch, buckets=buckets, before=date.max)
+        print(
+            f"compacted {done.rows:,} rows of {len(done.dates)} dates, {done.files_before} files into "
+            f"{done.files_after} in {time.perf_counter() - started:.1f} s",
+            flush=True,
+        )
+        scratch.rename(target)
+    return target
+
+
+def line(rows: int, job: str, layout: str, spark: dict[str, Any], pandas: dict[str, Any]) -> dict[str, Any]:
     groups = groups_for(rows)
     unit, amount = ("groups/s", groups) if job == "plan" else ("rows/s", rows)
-    record: dict[str, Any] = {"rows": rows, "groups": groups, "job": job, "spark": spark, "pandas": pandas}
+    record: dict[str, Any] = {
+        "rows": rows,
+        "groups": groups,
+        "job": job,
+        "layout": layout,
+        "spark": spark,
+        "pandas": pandas,
+    }
     spark_rate = f"{amount / spark['seconds']:,.0f} {unit}"
     spark_groups = f"{groups / spark['seconds']:,.1f}"
     if "error" in pandas:
@@ -384,11 +415,27 @@ def line(rows: int, job: str, spark: dict[str, Any], pandas: dict[str, Any]) -> 
             f"{pandas['seconds'] / spark['seconds']:.2f}x"
         )
     print(
-        f"| {rows:,} | {groups:,} | {job} | {spark['seconds']:.1f} | {spark_rate} | {spark_groups} | "
-        f"{gib(spark['peak_rss'])} | {pandas_cells} |",
+        f"| {rows:,} | {groups:,} | {job} | {layout} | {spark['seconds']:.1f} | {spark_rate} | "
+        f"{spark_groups} | {gib(spark['peak_rss'])} | {pandas_cells} |",
         flush=True,
     )
     return record
+
+
+def print_medians(records: list[dict[str, Any]]) -> None:
+    """Per size, job and input: the median Spark and pandas times over the rounds, and their ratio."""
+    print("\n| rows | job | Spark's input | rounds | Spark median (s) | pandas median (s) | pandas / Spark |")
+    print("|---:|---|---|---:|---:|---:|---:|")
+    keys = dict.fromkeys((r["rows"], r["job"], r["layout"]) for r in records)
+    for rows, job, layout in keys:
+        mine = [r for r in records if (r["rows"], r["job"], r["layout"]) == (rows, job, layout)]
+        spark_s = float(np.median([r["spark"]["seconds"] for r in mine]))
+        pandas_times = [r["pandas"]["seconds"] for r in mine if "seconds" in r["pandas"]]
+        pandas_s = float(np.median(pandas_times)) if pandas_times else float("nan")
+        print(
+            f"| {rows:,} | {job} | {layout} | {len(mine)} | {spark_s:.1f} | {pandas_s:.1f} | "
+            f"{pandas_s / spark_s:.2f}x |"
+        )
 
 
 def main() -> None:
@@ -400,6 +447,9 @@ def main() -> None:
     parser.add_argument("--data", type=Path, help="keep the generated histories here (reused when present)")
     parser.add_argument("--pandas-memory", default="12g", help="resident-set cap of a pandas child")
     parser.add_argument("--no-pandas", action="store_true", help="Spark only (no cross-check)")
+    parser.add_argument("--layouts", default="plain", help="Spark's input: plain, compacted or both")
+    parser.add_argument("--buckets", type=int, default=16, help="the compacted copy's buckets per date")
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each job (layouts alternating)")
     parser.add_argument("--json", type=Path, help="also write every measurement here")
     parser.add_argument("--pandas-child", nargs=2, metavar=("JOB", "PATH"), help=argparse.SUPPRESS)
     arguments = parser.parse_args()
@@ -409,6 +459,9 @@ def main() -> None:
         return
     cap = int(float(arguments.pandas_memory.rstrip("gG")) * 2**30)
     jobs = [job for job in arguments.jobs.split(",") if job]
+    layouts = [name for name in arguments.layouts.split(",") if name]
+    if not layouts or set(layouts) - {"plain", "compacted"}:
+        parser.error(f"--layouts: plain, compacted or both, got {arguments.layouts!r}")
     from groupops.pipeline.session import SessionSettings, build_session  # noqa: PLC0415
 
     spark = build_session(SessionSettings(master=arguments.master, driver_memory="6g", progress=False))
@@ -426,29 +479,39 @@ def main() -> None:
         warm = scratch / "warm-up"
         write_history(spark, 50_000, warm)
         for job in jobs:
-            runners[job](spark, warm)
+            for name in layouts:
+                source = warm if name == "plain" else compacted_copy(spark, warm, arguments.buckets)
+                runners[job](spark, source)
         print(
-            "| rows | groups | job | Spark (s) | Spark rate | Spark groups/s | Spark peak RSS "
-            "| pandas (s) | pandas rate | pandas groups/s | pandas peak RSS | pandas time / Spark time |"
+            "| rows | groups | job | Spark's input | Spark (s) | Spark rate | Spark groups/s "
+            "| Spark peak RSS | pandas (s) | pandas rate | pandas groups/s | pandas peak RSS "
+            "| pandas time / Spark time |"
         )
-        print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for rows in (int(r) for r in arguments.rows.split(",")):
             path = data / f"snapshots-{rows}"
             if not path.is_dir():
                 write_history(spark, rows, path)
+            inputs = {"plain": path}
+            if "compacted" in layouts:
+                inputs["compacted"] = compacted_copy(spark, path, arguments.buckets)
             for job in jobs:
-                with peak_memory(jvm) as peak:
-                    started = time.perf_counter()
-                    answer = runners[job](spark, path)
-                    seconds = time.perf_counter() - started
-                spark_side = {"seconds": seconds, "peak_rss": peak[0], "answer": answer}
-                if arguments.no_pandas:
+                for round_ in range(arguments.rounds):
                     pandas_side: dict[str, Any] = {"error": "not run", "peak_rss": 0}
-                else:
-                    pandas_side = run_pandas(job, path, arguments.strategy, cap)
-                    if "answer" in pandas_side:
-                        assert same_answer(job, answer, pandas_side["answer"]), (job, rows)
-                records.append(line(rows, job, spark_side, pandas_side))
+                    if not arguments.no_pandas:
+                        pandas_side = run_pandas(job, path, arguments.strategy, cap)
+                    # Alternate the order: the first of two runs of a job pays more (page cache, JIT).
+                    for name in layouts if round_ % 2 == 0 else layouts[::-1]:
+                        with peak_memory(jvm) as peak:
+                            started = time.perf_counter()
+                            answer = runners[job](spark, inputs[name])
+                            seconds = time.perf_counter() - started
+                        spark_side = {"seconds": seconds, "peak_rss": peak[0], "answer": answer}
+                        if "answer" in pandas_side:
+                            assert same_answer(job, answer, pandas_side["answer"]), (job, rows, name)
+                        records.append(line(rows, job, name, spark_side, dict(pandas_side)))
+        if arguments.rounds > 1:
+            print_medians(records)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print(f"load average at the end {os.getloadavg()}")

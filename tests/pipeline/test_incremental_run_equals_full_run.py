@@ -204,7 +204,7 @@ def test_a_look_back_too_short_for_the_lag_is_counted(grown: dict[str, Path], tm
         pytest.param(["forecast", "--since", ""], "not a date or time: ''", id="empty"),
         pytest.param(
             ["report", "--since", "2026-01-04"],
-            "applies to rates, timelag, forecast, plan, backtest, not report",
+            "applies to rates, timelag, forecast, plan, backtest, compact, not report",
             id="report",
         ),
         pytest.param(

@@ -1,11 +1,12 @@
 """`groupops pipeline <job>`: run one Spark job of groupops.pipeline.jobs.
 
-    groupops pipeline rates|timelag|forecast|plan|backtest|report|generate
+    groupops pipeline rates|timelag|forecast|plan|backtest|report|generate|compact
         --input DIR|kafka://topic [--bootstrap-server B] --out DIR [--master URL | --remote sc://H:P]
         [--window 60s] [--horizon 5m] [--step 60s] [--strategy lag] [--lag current|forecast]
         [--strategies range,roundrobin,sticky,lag,balanced] [--rows N] [--output table|json|yaml]
         [--since DATE|TIME | --incremental] [--lookback 1d]   (rates, timelag, forecast, backtest;
                                                               plan: --since only)
+        [--buckets 16] [--settle 1h]  (compact: --input is rewritten in place; --since DATE)
         [--py-files ZIP] [--archives ARCHIVE#DIR] [--executor-python PATH]  (cluster executors)
 
 People get Spark's progress bar (on a terminal) and a rich summary; machines get one JSON (or
@@ -39,7 +40,7 @@ if TYPE_CHECKING:  # Spark loads only when a job runs
 
 __all__ = ["pipeline_command", "register", "seconds_option"]
 
-_JOBS_HELP = "generate, rates, timelag, forecast, plan, backtest or report"
+_JOBS_HELP = "generate, rates, timelag, forecast, plan, backtest, report or compact"
 # A rate needs a minute of samples; Burrow's window wants several commits, 10 min at 10 s snapshots.
 _DEFAULT_WINDOW_S = {"rates": 60.0, "forecast": 600.0, "plan": 600.0}
 
@@ -131,6 +132,14 @@ def pipeline_command(
         str | None,
         typer.Option("--lookback", help="timelag, incremental: history read before the resume point (1d)."),
     ] = None,
+    buckets: Annotated[
+        int | None,
+        typer.Option("--buckets", help="compact: files per date, hashed by cluster, topic, partition (16)."),
+    ] = None,
+    settle: Annotated[
+        str | None,
+        typer.Option("--settle", help="compact: how long after a UTC date ends it is compacted (1h)."),
+    ] = None,
     py_files: Annotated[
         list[str] | None,
         typer.Option("--py-files", help="Zip archives for the executors' Python path (the groupops wheel)."),
@@ -186,6 +195,11 @@ def pipeline_command(
                 fail(f"{e.message} ({e.where})")
     if lookback is not None and job != "timelag":
         fail(f"--lookback applies to timelag, not {job} (--lookback)")
+    for value, option in ((buckets, "--buckets"), (settle, "--settle")):
+        if value is not None and job != "compact":
+            fail(f"{option} applies to compact, not {job} ({option})")
+    if spec is not None and spec.is_kafka and job == "compact":
+        fail("compact rewrites a Parquet snapshot dataset in place, not a topic (--input)")
     history = synthetic.HistorySpec(groups=max(1, math.ceil(rows / (50 * 1000))), partitions=50, steps=1000)
     job_options = jobs.JobOptions(
         input=spec,
@@ -200,6 +214,8 @@ def pipeline_command(
         since=resume_at,
         incremental=incremental,
         lookback_s=seconds_option(lookback, "--lookback") if lookback else float(jobs.DAY_S),
+        settle_s=seconds_option(settle, "--settle") if settle else 3600.0,
+        **({"buckets": buckets} if buckets is not None else {}),
     )
     for path, option in [
         *((p, "--py-files") for p in py_files or ()),
@@ -306,6 +322,11 @@ def _print_summary(console: Console, document: dict[str, Any]) -> None:
                 str(row["wins"]),
             )
         console.print(scores)
+    if "files_before" in figures:
+        console.print(
+            f"compacted {len(figures['dates'])} dates ({', '.join(figures['dates']) or 'none due'}): "
+            f"{figures['files_before']} files into {figures['files_after']}, {figures['buckets']} buckets"
+        )
     if "status" in figures:
         console.print("status: " + ", ".join(f"{k} {v}" for k, v in figures["status"].items()))
         for row in figures.get("flagged", [])[:10]:

@@ -20,6 +20,7 @@ per-group table with the groups of an incremental run replaced and every other g
 
 from __future__ import annotations
 
+import functools
 import shutil
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
@@ -147,14 +148,40 @@ def read_snapshots(spark: SparkSession, source: InputSpec, *, since: datetime | 
         )
         rows = rows_from_json_values(raw.select(sf.col("value").cast("string").alias("value")))
         return rows if bound is None else rows.where(sf.col("ts") >= bound)
-    schema = spark_schema()
-    frame = spark.read.option("basePath", str(source.path)).parquet(str(source.path))
-    if since is not None and bound is not None:
+    # Imported here: layout builds on this module (its errors and dates).
+    from groupops.pipeline import layout  # noqa: PLC0415
+
+    root = source.path
+    if root is None:
+        raise PipelineInputError("neither a directory nor a topic", "--input")
+    dataset = layout.read_layout(root)
+    if dataset is None:
+        return _snapshot_columns(spark.read.option("basePath", str(root)).parquet(str(root)), since)
+    first = None if since is None else since.astimezone(UTC).date()
+    wanted = [d for d in dataset_dates(root) if first is None or d >= first]
+    compacted = [d for d in layout.compacted_dates(root, dataset) if d in set(wanted)]
+    plain = [d for d in wanted if d not in set(compacted)]
+    parts = []
+    if compacted:
+        parts.append(_snapshot_columns(layout.read_compacted(spark, root, dataset, compacted), since))
+    if plain:
+        directories = [str(root / f"{DATE_COLUMN}={d.isoformat()}") for d in plain]
+        rows = _snapshot_columns(spark.read.option("basePath", str(root)).parquet(*directories), since)
+        # Partitioned as the buckets are: the union stays partitioned, only these rows move.
+        parts.append(rows.repartition(dataset.buckets, *layout.BUCKET_KEYS) if compacted else rows)
+    if not parts:
+        return spark.createDataFrame([], spark_schema())
+    return functools.reduce(DataFrame.unionByName, parts)
+
+
+def _snapshot_columns(frame: DataFrame, since: datetime | None) -> DataFrame:
+    """A read dataset's rows at or after `since`, with exactly the snapshot columns."""
+    if since is not None:
         if DATE_COLUMN in frame.columns:
             # The partition filter first: the scan then opens only the files of those dates.
             frame = frame.where(sf.col(DATE_COLUMN) >= sf.lit(since.astimezone(UTC).date()))
-        frame = frame.where(sf.col("ts") >= bound)
-    return frame.select(*[sf.col(field.name).cast(field.dataType) for field in schema.fields])
+        frame = frame.where(sf.col("ts") >= timestamp_literal(since))
+    return frame.select(*[sf.col(field.name).cast(field.dataType) for field in spark_schema().fields])
 
 
 def rows_from_json_values(values: DataFrame) -> DataFrame:

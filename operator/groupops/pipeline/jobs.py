@@ -12,6 +12,8 @@ both call `run_job`. Outputs go under `options.out`:
     plan       plan/
     backtest   backtest_steps/, backtest/
     report     report/index.html + report/*.png (uses backtest/ when present, else computes it)
+    compact    nothing under `out`: rewrites the --input dataset's ended dates in place as buckets
+               (groupops.pipeline.layout), which every job then reads without a shuffle
 
 `rates/` and `timelag/` are partitioned by the UTC date of their time (`date=yyyy-mm-dd`, like the
 snapshots), so that an incremental run can replace whole dates and nothing else.
@@ -51,7 +53,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
-from groupops.pipeline import backtest, forecast, plan, rates, report, synthetic, timelag
+from groupops.pipeline import backtest, forecast, layout, plan, rates, report, synthetic, timelag
 from groupops.pipeline.frames import GROUP_KEYS, TOPIC_PARTITION_KEYS, seconds
 from groupops.pipeline.io import (
     InputSpec,
@@ -75,8 +77,8 @@ __all__ = [
     "run_job",
 ]
 
-SINCE_JOBS = ("rates", "timelag", "forecast", "plan", "backtest")
-"""The jobs that take `since` (see the module docstring)."""
+SINCE_JOBS = ("rates", "timelag", "forecast", "plan", "backtest", "compact")
+"""The jobs that take `since` (see the module docstring; `compact` rewrites only dates from there)."""
 
 INCREMENTAL_JOBS = ("rates", "timelag", "forecast", "backtest")
 """The jobs that take `incremental`: their output says where it ends (`plan/` holds no time)."""
@@ -95,6 +97,8 @@ class JobOptions:
     `forecast` looks; step_s: `backtest`/`report` replay step; strategy: `plan`'s strategy;
     lag: `plan` on `current` lag or on the `forecast` job's output (computed here);
     strategies: what `backtest` compares; history: what `generate` writes.
+    buckets: `compact`'s files per date; settle_s: how long after a date ends `compact` takes it
+    (a capture may still write a late snapshot of the day before).
     since: resume at this moment (aware, UTC) instead of reading everything; incremental: resume
     where the output ends (`resume_point`); lookback_s: how far before `since` `timelag` reads
     (a day: groups up to a day behind get exact time lags).
@@ -112,6 +116,8 @@ class JobOptions:
     since: datetime | None = None
     incremental: bool = False
     lookback_s: float = float(DAY_S)
+    buckets: int = layout.DEFAULT_BUCKETS
+    settle_s: float = 3600.0
 
 
 @dataclass(slots=True)
@@ -392,6 +398,28 @@ def _report(spark: SparkSession, options: JobOptions, result: JobResult) -> None
 
 JobRunner = Callable[[SparkSession, JobOptions, JobResult], None]
 
+
+def _compact(spark: SparkSession, options: JobOptions, result: JobResult) -> None:
+    root = None if options.input is None else options.input.path
+    if root is None:
+        raise PipelineInputError(
+            "compact rewrites a Parquet snapshot dataset in place: give its directory", "--input"
+        )
+    ended_before = (datetime.now(UTC) - timedelta(seconds=options.settle_s)).date()
+    since = None if options.since is None else options.since.date()
+    done = layout.compact(spark, root, buckets=options.buckets, before=ended_before, since=since)
+    result.outputs["snapshots"] = str(root)
+    result.rows["snapshots"] = done.rows
+    result.figures.update(
+        buckets=options.buckets,
+        dates=done.dates,
+        files_before=done.files_before,
+        files_after=done.files_after,
+        recovered=done.recovered,
+        ended_before=ended_before.isoformat(),
+    )
+
+
 _JOBS: dict[str, JobRunner] = {
     "generate": _generate,
     "rates": _rates,
@@ -400,6 +428,7 @@ _JOBS: dict[str, JobRunner] = {
     "plan": _plan,
     "backtest": _backtest,
     "report": _report,
+    "compact": _compact,
 }
 
 JOB_NAMES: tuple[str, ...] = tuple(_JOBS)
