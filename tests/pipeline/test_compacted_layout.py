@@ -8,6 +8,9 @@ minutes, appended in 12 writes as captures append (several files per date)."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import io
 import json
 import shutil
 from datetime import UTC, date, datetime
@@ -44,10 +47,8 @@ LATE: SnapshotRow = {
 """A snapshot of 2026-01-02 written after that day was compacted (a capture's last round)."""
 
 
-@pytest.fixture(scope="module")
-def captured(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The dataset as captures leave it: many files per date. Copied per test before compaction."""
-    path = tmp_path_factory.mktemp("captured") / "snapshots"
+def write_captured(spark: SparkSession, path: Path) -> Path:
+    """The dataset as captures leave it: many files per date."""
     history = synthetic.history(spark, SPEC).withColumn("round", sf.floor(sf.rand(seed=7) * 12))
     for part in range(12):
         rows = history.where(sf.col("round") == part).drop("round")
@@ -55,6 +56,12 @@ def captured(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> P
             "append"
         ).partitionBy("date").parquet(str(path))
     return path
+
+
+@pytest.fixture(scope="module")
+def captured(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Written once per module; each test compacts its own copy (`dataset`)."""
+    return write_captured(spark, tmp_path_factory.mktemp("captured") / "snapshots")
 
 
 @pytest.fixture
@@ -75,7 +82,11 @@ def assert_same_rows(left: DataFrame, right: DataFrame) -> None:
 
 
 def physical_plan(frame: DataFrame) -> str:
-    return str(frame._jdf.queryExecution().executedPlan().toString())
+    """What `explain()` prints (a Spark Connect client too): the physical plan."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        frame.explain()
+    return printed.getvalue()
 
 
 def row_exchanges(plan: str) -> list[str]:
@@ -218,6 +229,15 @@ def test_a_compaction_killed_while_writing_leaves_the_dataset_as_it_was(
     assert done.recovered == [] and done.dates == ["2026-01-01"]
     assert not (dataset / layout.STAGING).exists()
     assert_same_rows(rows_of(spark, captured), rows_of(spark, dataset))
+
+
+def test_a_second_compaction_at_once_is_refused(spark: SparkSession, dataset: Path) -> None:
+    with open(dataset / layout.LOCK_FILE, "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as a first compaction, in another process, holds it
+        with pytest.raises(layout.LayoutError, match="another compaction of this dataset is running"):
+            layout.compact(spark, dataset, buckets=BUCKETS, before=date(2026, 1, 4))
+    assert layout.read_layout(dataset) is None
+    assert layout.compact(spark, dataset, buckets=BUCKETS, before=date(2026, 1, 2)).dates == ["2026-01-01"]
 
 
 def test_bad_compactions_name_the_problem(spark: SparkSession, dataset: Path, tmp_path: Path) -> None:

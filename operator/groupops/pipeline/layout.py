@@ -29,19 +29,22 @@ files each replaced). The swap of a date moves `date=D` to `root/_replaced/date=
 staged `date=D` in, moves back any file that was not among those read (it arrived during the
 run), then deletes the replaced files. Every step is a rename that a rerun repeats or skips:
 `recover` finishes a swap that has a ready file and discards a staging that has none, and every
-`compact` starts with it.
+`compact` starts with it. Two compactions of one dataset at once are refused (`flock` on
+`root/_groupops_compact.lock`): the second would take the first one's staging for a crashed one.
 
 Errors: LayoutError (a PipelineInputError) names the option or path.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
 import shutil
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -77,6 +80,7 @@ DATE_MARKER = "_groupops_compacted.json"
 STAGING = "_compacting"
 REPLACED = "_replaced"
 READY = "_ready.json"
+LOCK_FILE = "_groupops_compact.lock"
 # Spark's bucketed writer names a file part-<task>-<job uuid>_<bucket %05d>.c<file %03d>…
 _BUCKET_FILE = re.compile(r"^part-.*_(\d{5})\.c\d{3}(\..*)?$")
 
@@ -247,6 +251,27 @@ def compact(
         raise LayoutError(f"must be 1..{MAX_BUCKETS}, got {buckets}", "--buckets")
     if not root.is_dir():
         raise LayoutError("no such dataset directory", str(root))
+    with _exclusive(root):
+        return _compact(spark, root, buckets=buckets, before=before, since=since)
+
+
+@contextlib.contextmanager
+def _exclusive(root: Path) -> Iterator[None]:
+    """One compaction of a dataset at a time: a second one would swap the first one's staging."""
+    with open(root / LOCK_FILE, "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise LayoutError("another compaction of this dataset is running", str(root)) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _compact(
+    spark: SparkSession, root: Path, *, buckets: int, before: date, since: date | None
+) -> CompactResult:
     result = CompactResult(recovered=recover(root))
     days = dataset_dates(root)
     if not days:
