@@ -15,6 +15,7 @@ What it sets, and why:
 - `SPARK_LOCAL_IP=127.0.0.1` for local masters (servers bind loopback only; a cluster master
   needs the driver reachable, so it is left alone there);
 - quiet logs: a log4j2 configuration at ERROR, written to the cache;
+- the SQL warehouse directory in the cache, not the working directory (outside spark-submit);
 - Spark's Kafka source (`org.apache.spark:spark-sql-kafka-0-10_2.13`) through
   `spark.jars.packages`, resolved by Ivy from Maven Central into `$GROUPOPS_CACHE/ivy`, only when a
   job reads or writes Kafka (`SessionSettings.kafka`).
@@ -318,6 +319,11 @@ def build_session(settings: SessionSettings | None = None) -> SparkSession:
         partitions = settings.shuffle_partitions or 0
     if partitions:
         builder = builder.config("spark.sql.shuffle.partitions", str(partitions))
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        # A compacted dataset is read through a table of the session's catalog (pipeline/layout.py),
+        # and Spark then makes its warehouse directory, by default in the working directory; under
+        # spark-submit the user's configuration says where it goes.
+        builder = builder.config("spark.sql.warehouse.dir", str(cache / "spark" / "warehouse"))
     for key, value in settings.executors.spark_config().items():
         builder = builder.config(key, value)
     if settings.kafka:
