@@ -12,7 +12,12 @@ import contextlib
 import fcntl
 import io
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from datetime import UTC, date, datetime
 from pathlib import Path
 
@@ -27,6 +32,7 @@ from groupops.pipeline import forecast, layout, synthetic, timelag
 from groupops.pipeline.io import InputSpec, read_snapshots
 from groupops.pipeline.schema import SnapshotRow
 from groupops.pipeline.snapshot import ParquetSink
+from tests.pipeline.child import OPERATOR
 
 pytestmark = pytest.mark.pipeline
 
@@ -228,6 +234,41 @@ def test_a_compaction_killed_while_writing_leaves_the_dataset_as_it_was(
     done = layout.compact(spark, dataset, buckets=BUCKETS, before=date(2026, 1, 2))
     assert done.recovered == [] and done.dates == ["2026-01-01"]
     assert not (dataset / layout.STAGING).exists()
+    assert_same_rows(rows_of(spark, captured), rows_of(spark, dataset))
+
+
+def test_a_compaction_sigkilled_while_writing_loses_nothing(
+    spark: SparkSession, captured: Path, dataset: Path, tmp_path: Path
+) -> None:
+    """A real `groupops pipeline compact` process (and its JVM) killed with SIGKILL while Spark
+    writes the staged files: the dataset reads as before, and the next run compacts it."""
+    command = "import sys; from groupops.cli import main; sys.argv[0] = 'groupops'; main()"
+    arguments = ["pipeline", "compact", "--input", str(dataset), "--out", str(tmp_path), "--buckets", "4"]
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(OPERATOR), os.environ.get("PYTHONPATH")])),
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-c", command, *arguments],
+        env=environment,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    staging = dataset / layout.STAGING
+    deadline = time.monotonic() + 240
+    try:
+        while not staging.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert staging.exists(), "the compaction never started writing"
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=60)
+    assert not (staging / layout.READY).exists()
+    assert_same_rows(rows_of(spark, captured), rows_of(spark, dataset))
+
+    done = layout.compact(spark, dataset, buckets=BUCKETS, before=date(2026, 1, 5))
+    assert done.recovered == [] and done.dates == [d.isoformat() for d in DAYS]
     assert_same_rows(rows_of(spark, captured), rows_of(spark, dataset))
 
 
