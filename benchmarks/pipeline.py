@@ -4,7 +4,7 @@ input, at 1M, 10M and 50M snapshot rows.
 
     .venv/bin/python benchmarks/pipeline.py [--rows 1000000,10000000,50000000]
         [--jobs timelag,forecast,plan] [--master local[*]] [--data DIR] [--pandas-memory 12g]
-        [--layouts plain,compacted] [--buckets 16] [--json FILE]
+        [--layouts plain,compacted] [--buckets 16] [--rounds N] [--per-round] [--json FILE]
 
 Input: groupops.pipeline.synthetic histories of 50 partitions x 100 steps (10 s apart) per group
 (1M rows = 200 groups, 10M = 2,000, 50M = 10,000), written once to Parquet partitioned by `date`
@@ -12,7 +12,8 @@ as `groupops snapshot` writes it (kept under `--data` for later runs; a temporar
 default). `--layouts compacted` also runs Spark on a copy compacted by `groupops pipeline compact`
 (groupops.pipeline.layout: every date rewritten as `--buckets` buckets of (cluster, topic,
 partition), read without a shuffle); the compaction's own time is printed once per size. pandas
-reads the plain copy (the same rows).
+reads the plain copy (the same rows). `--per-round` writes the plain copy as captures leave it, one
+file per snapshot time (100 per date), instead of one per Spark task.
 
 Spark runs the real transforms on `read_snapshots` (timelag.timelag; forecast.forecast with the
 job's defaults, a 600 s window and a 300 s horizon; plan.latest_lag + plan.plan with `lag`) and
@@ -354,7 +355,9 @@ def same_answer(job: str, spark: dict[str, Any], pandas: dict[str, Any]) -> bool
     return bool(spark["max_member_lag"] == pandas["max_member_lag"])
 
 
-def write_history(spark: Any, rows: int, path: Path) -> None:
+def write_history(spark: Any, rows: int, path: Path, *, per_round: bool = False) -> None:
+    """The synthetic history as Parquet by date: as Spark's tasks write it, or with `per_round` one
+    file per snapshot time, as `groupops snapshot` writes one per capture round."""
     from pyspark.sql import functions as sf  # noqa: PLC0415
 
     from groupops.pipeline import synthetic  # noqa: PLC0415
@@ -364,6 +367,8 @@ def write_history(spark: Any, rows: int, path: Path) -> None:
         groups=spec.groups, partitions=PARTITIONS, steps=STEPS, stall=(), stop=(), rewind=()
     )
     frame = synthetic.history(spark, spec).withColumn("date", sf.date_format("ts", "yyyy-MM-dd"))
+    if per_round:
+        frame = frame.repartitionByRange(STEPS, "ts")
     scratch = path.with_name(path.name + ".writing")
     frame.write.mode("overwrite").partitionBy("date").parquet(str(scratch))
     scratch.rename(path)
@@ -450,6 +455,11 @@ def main() -> None:
     parser.add_argument("--layouts", default="plain", help="Spark's input: plain, compacted or both")
     parser.add_argument("--buckets", type=int, default=16, help="the compacted copy's buckets per date")
     parser.add_argument("--rounds", type=int, default=1, help="runs of each job (layouts alternating)")
+    parser.add_argument(
+        "--per-round",
+        action="store_true",
+        help="the plain input as captures leave it: a file per snapshot time",
+    )
     parser.add_argument("--json", type=Path, help="also write every measurement here")
     parser.add_argument("--pandas-child", nargs=2, metavar=("JOB", "PATH"), help=argparse.SUPPRESS)
     arguments = parser.parse_args()
@@ -489,9 +499,9 @@ def main() -> None:
         )
         print("|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for rows in (int(r) for r in arguments.rows.split(",")):
-            path = data / f"snapshots-{rows}"
+            path = data / f"snapshots-{rows}{'-per-round' if arguments.per_round else ''}"
             if not path.is_dir():
-                write_history(spark, rows, path)
+                write_history(spark, rows, path, per_round=arguments.per_round)
             inputs = {"plain": path}
             if "compacted" in layouts:
                 inputs["compacted"] = compacted_copy(spark, path, arguments.buckets)
