@@ -1,7 +1,10 @@
 """Reading snapshots and writing job outputs: only the job entry points call this.
 
 Sources (`read_snapshots`):
-- a directory: the Parquet dataset `groupops snapshot --to DIR` writes (partitioned by date);
+- a directory: the Parquet dataset `groupops snapshot --to DIR` writes (partitioned by date); the
+  dates `groupops pipeline compact` rewrote are read as a bucketed table (groupops.pipeline.layout),
+  and in such a dataset the other dates are hash-partitioned as its buckets are, so that no job
+  shuffles the compacted rows;
 - `kafka://topic` (brokers from `bootstrap`) or `kafka://host:port/topic`: every message of the
   topic from the earliest offset to the latest, through Spark's Kafka source, each value parsed
   with the snapshot JSON schema (groupops.pipeline.schema); values that are not snapshot JSON
