@@ -32,7 +32,7 @@ from groupops.pipeline import forecast, layout, synthetic, timelag
 from groupops.pipeline.io import InputSpec, read_snapshots
 from groupops.pipeline.schema import SnapshotRow
 from groupops.pipeline.snapshot import ParquetSink
-from tests.pipeline.child import OPERATOR
+from tests.pipeline.child import child_environment
 
 pytestmark = pytest.mark.pipeline
 
@@ -244,13 +244,9 @@ def test_a_compaction_sigkilled_while_writing_loses_nothing(
     writes the staged files: the dataset reads as before, and the next run compacts it."""
     command = "import sys; from groupops.cli import main; sys.argv[0] = 'groupops'; main()"
     arguments = ["pipeline", "compact", "--input", str(dataset), "--out", str(tmp_path), "--buckets", "4"]
-    environment = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(OPERATOR), os.environ.get("PYTHONPATH")])),
-    }
     process = subprocess.Popen(
         [sys.executable, "-c", command, *arguments],
-        env=environment,
+        env=child_environment(),
         start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -162,8 +162,8 @@ def read_snapshots(spark: SparkSession, source: InputSpec, *, since: datetime | 
         return _snapshot_columns(spark.read.option("basePath", str(root)).parquet(str(root)), since)
     first = None if since is None else since.astimezone(UTC).date()
     wanted = [d for d in dataset_dates(root) if first is None or d >= first]
-    compacted = [d for d in layout.compacted_dates(root, dataset) if d in set(wanted)]
-    plain = [d for d in wanted if d not in set(compacted)]
+    compacted = sorted(set(layout.compacted_dates(root, dataset)).intersection(wanted))
+    plain = sorted(set(wanted).difference(compacted))
     parts = []
     if compacted:
         parts.append(_snapshot_columns(layout.read_compacted(spark, root, dataset, compacted), since))

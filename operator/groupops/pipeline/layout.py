@@ -216,7 +216,7 @@ def _swap(root: Path, day: str, read: Sequence[str]) -> None:
         else:
             staged.rename(live)
     if replaced.is_dir():
-        arrived = [n for n in _visible(replaced) if n not in set(read)]
+        arrived = sorted(set(_visible(replaced)).difference(read))
         _move_files(replaced, live, arrived)
         shutil.rmtree(replaced)
 
