@@ -4,15 +4,19 @@ Method (the one kafka-lag-exporter uses): the snapshots of a partition's log end
 form a table of (offset, time) points. The time lag of a group at time t with committed offset c
 is t − τ(c), where τ(c) is the moment the log end offset was c, read from that table by linear
 interpolation between the last point below c and the first point at or above c (the earliest,
-where the log end stood still). Below the oldest point τ is extrapolated with the partition's
-average produce rate over the whole history. A group that is caught up (c ≥ log end) has 0. On a
-linear series log_end = a + r·t this gives exactly lag / r.
+where the log end stood still). Below the first point τ is extrapolated with the partition's
+average produce rate from its first point to its last, in offset order: (last offset − first
+offset) / (last time − first time), the first point being the earliest time of the lowest offset
+and the last the latest time of the highest (its oldest and newest point when the log end only
+grew, as the operator's table in planner/lagwindow.py keeps it). A group that is caught up
+(c ≥ log end) has 0. On a linear series log_end = a + r·t this gives exactly lag / r.
 
 In Spark this is an as-of lookup without a range join: history points and queries go into one
 stream per (cluster, topic, partition) ordered by (offset, kind, t); the previous history point
 comes from a running `last(..., ignorenulls)` and the next from `lead(..., 1) IGNORE NULLS`, both
 over that one ordering, so the stream is shuffled once, sorted once and passed through one
-Window operator (the partition-wide min/max are frames of the same ordering). A query's own
+Window operator. A query with no point before it has the first point after it, so only the last
+point is a partition-wide frame (of the same ordering; docs/design.md §10). A query's own
 point is null, so "the next non-null point after the query" is "the first history point at or
 after it": the same row that a running `last` over the reverse order finds, which an earlier
 version did at the cost of a second sort (docs/design.md §10). Groups reading the same topic
@@ -99,11 +103,10 @@ def timelag(snapshots: DataFrame) -> DataFrame:
     """Seconds behind for every snapshot row (see the module docstring)."""
     rows = with_consumed(snapshots)
     stream = lookup_stream(rows)
-    is_history = sf.col("kind") == _HISTORY
     ascending = Window.partitionBy(*TOPIC_PARTITION_KEYS).orderBy(*LOOKUP_ORDER)
-    # The partition-wide extremes over the same ordering (a frame of every row) rather than an
-    # unordered window: Spark evaluates all of them in one Window operator, which buffers each
-    # partition's stream once; two window specifications made two operators, two passes.
+    # The last point is a frame of every row of the same ordering rather than an unordered window:
+    # Spark evaluates all of them in one Window operator, which buffers each partition's stream
+    # once; two window specifications made two operators, two passes.
     whole = ascending.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     preceding = ascending.rowsBetween(Window.unboundedPreceding, -1)
     located = stream.select(
@@ -114,16 +117,15 @@ def timelag(snapshots: DataFrame) -> DataFrame:
         # columns are null on the same rows, so each skips to the same point.
         sf.expr(f"lead({_POINT_OFFSET}, 1) IGNORE NULLS").over(ascending).alias("after_offset"),
         sf.expr(f"lead({_POINT_T}, 1) IGNORE NULLS").over(ascending).alias("after_t"),
-        sf.min(sf.when(is_history, sf.col("t"))).over(whole).alias("first_t"),
-        sf.max(sf.when(is_history, sf.col("t"))).over(whole).alias("last_t"),
-        sf.min(sf.when(is_history, sf.col("offset"))).over(whole).alias("first_offset"),
-        sf.max(sf.when(is_history, sf.col("offset"))).over(whole).alias("last_offset"),
+        sf.last(_POINT_OFFSET, ignorenulls=True).over(whole).alias("last_offset"),
+        sf.last(_POINT_T, ignorenulls=True).over(whole).alias("last_t"),
     ).where(sf.col("kind") == _QUERY)
 
     b_offset, b_t = sf.col("before_offset"), sf.col("before_t")
     a_offset, a_t = sf.col("after_offset"), sf.col("after_t")
-    history_span = sf.col("last_t") - sf.col("first_t")
-    average_rate = sf.when(history_span > 0, (sf.col("last_offset") - sf.col("first_offset")) / history_span)
+    # Used only where no point comes before the query: its next point is then the first point.
+    span_from_first = sf.col("last_t") - a_t
+    average_rate = sf.when(span_from_first > 0, (sf.col("last_offset") - a_offset) / span_from_first)
     interpolated = b_t + (sf.col("offset") - b_offset) * (a_t - b_t) / (a_offset - b_offset)
     extrapolated = a_t - (a_offset - sf.col("offset")) / average_rate
     produced_at = (
