@@ -133,6 +133,7 @@ def decide(  # noqa: PLR0917 - one call site, the reconcile's named steps
         spec_changed=_spec_changed(run, observed, digest),
         members=members,
         topics=topics,
+        releasing=previous.releasing,
     )
     run.memory.damping.remember_digest(run.policy.generation, digest)
     damped: Damped | None = None
@@ -140,7 +141,7 @@ def decide(  # noqa: PLR0917 - one call site, the reconcile's named steps
         damped = _damp(run, spec, before=before, target=target, current=current, members=members)
         trigger = damped.trigger
     everyone = sorted(view.identities_by_ordinal.values())
-    if paused and trigger in (None, Trigger.PARTITIONS_CHANGED):
+    if paused and trigger in (None, Trigger.PARTITIONS_CHANGED, Trigger.HANDOFF):
         trigger = None  # the pause itself changes the plan; lag and balance wait for the reset
         wanted: Mapping[Any, Sequence[TopicPartition]] = current
     else:

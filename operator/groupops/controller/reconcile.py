@@ -103,6 +103,7 @@ from groupops.model import MemberId, TopicPartition
 from groupops.planner.handoff import HandoffError, HandoffResult, MemberState, fence_epoch, predicted_plan
 from groupops.planner.plan_format import PublishedPlan, fence_annotations
 from groupops.planner.plan_size import plan_configmap_problem
+from groupops.planner.target import Trigger
 from groupops.planner.wire import PlanFormatError
 
 __all__ = [
@@ -1044,19 +1045,20 @@ def _publish(
         )
         run.log.warning("published resync plan epoch %d: %s", epoch, result.resync)
         return result.published
-    metrics.rebalances.labels(ns, name, decision.trigger or "Handoff").inc()
+    metrics.rebalances.labels(ns, name, decision.trigger or Trigger.HANDOFF.value).inc()
     metrics.moves.labels(ns, name).inc(
         handed_over(observed.published if observed else None, result.published)
     )
     before = "-" if decision.max_lag_before is None else f"{decision.max_lag_before:,.0f}"
     waiting = f", {len(result.waiting)} partitions waiting for release" if result.waiting else ""
+    reason = decision.trigger or Trigger.HANDOFF.value
     run.event(
         "Normal",
         "Rebalanced",
-        f"epoch {epoch} ({'approved proposal' if decision.approved else decision.trigger or 'handoff'}): "
+        f"epoch {epoch} ({'approved proposal' if decision.approved else reason}): "
         f"{decision.moves} moves, max member lag {decision.max_lag_after:,.0f} (was {before}){waiting}",
     )
-    run.log.info("published plan epoch %d (%s)%s", epoch, decision.trigger or "handoff", waiting)
+    run.log.info("published plan epoch %d (%s)%s", epoch, reason, waiting)
     return result.published
 
 

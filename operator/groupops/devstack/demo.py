@@ -314,7 +314,7 @@ def _rebalance(demo: Demo, lag: PolicyInfo) -> None:
     demo.wait(f"the {lag.topic} backlog to be processed", lambda: demo.status(lag.name).get("totalLag") == 0)
     say(f"the backlog is processed: total lag 0 ({time.monotonic() - began:.1f} s after Ready)")
     # Settled first: a handoff still in flight publishes its next epoch after the burst, and its
-    # Event (trigger PartitionsChanged, the same lag before and after) is not the burst's replan.
+    # Event (trigger Handoff, the same lag before and after) is not the burst's replan.
     status = demo.wait(f"{lag.name} to settle (no handoff in flight)", lambda: demo.ready(lag))
     epoch = int(status["epoch"])
     busiest = max(status["members"], key=lambda m: (len(m.get("partitions") or []), m.get("instanceId", "")))

@@ -7,7 +7,8 @@ clock and no I/O: the caller passes the times and keeps `DampingMemory` in the p
 (lost on restart or leader change: docs/design.md §6.5 says what that costs).
 
 What is damped. Triggers that keep the plan correct are never damped: `Initial`, `SpecChanged`,
-`MembershipChanged` (joins, leaves, expiry, i.e. failover, and drains) and `PartitionsChanged`.
+`MembershipChanged` (joins, leaves, expiry, i.e. failover, and drains), `PartitionsChanged` and
+`Handoff`.
 `CountsUneven` (partition counts outside the fair share, what a move budget left of such a
 change) waits for the cooldown only. The lag-driven triggers, `ImbalanceExceeded` and
 `Interval`, publish only when all of these hold, in this order:

@@ -239,13 +239,14 @@ def scale_down_order(ordinals: Iterable[int], replicas: int) -> list[int]:
 
 class Trigger(enum.Enum):
     """Why a planning round publishes a new plan (the reason of the rebalance Event). The first
-    four keep the plan correct and are never damped (`rebalance_trigger`); the others are
+    five keep the plan correct and are never damped (`rebalance_trigger`); the others are
     judged by `planner.damping` (a cooldown, and for the lag-driven three an improvement)."""
 
     INITIAL = "Initial"
     SPEC_CHANGED = "SpecChanged"
     MEMBERSHIP_CHANGED = "MembershipChanged"
     PARTITIONS_CHANGED = "PartitionsChanged"
+    HANDOFF = "Handoff"
     COUNTS_UNEVEN = "CountsUneven"
     IMBALANCE = "ImbalanceExceeded"
     INTERVAL = "Interval"
@@ -259,6 +260,7 @@ def rebalance_trigger(
     spec_changed: bool,
     members: Iterable[str],
     topics: Mapping[str, int],
+    releasing: Iterable[TopicPartition] = (),
 ) -> Trigger | None:
     """The first reason, in this order, that the plan must change now to stay correct; None when
     only lag could call for a replan (`planner.damping` judges those).
@@ -266,7 +268,9 @@ def rebalance_trigger(
     `published_members` are the identities that took part when the plan was made (the plan also
     lists identities that take no part, with empty sets). `spec_changed`: the spec changed in
     what the target depends on since the plan was made. A plan that does not cover exactly the
-    topics' partitions (a topic grew, or a handoff is half way) is replanned at once.
+    topics' partitions is replanned at once: `Handoff` when the ones it leaves out are exactly
+    those still `releasing` from their previous owners (a move half way: its next epoch), else
+    `PartitionsChanged` (a topic grew, shrank, appeared or went).
     """
     if published is None:
         return Trigger.INITIAL
@@ -276,6 +280,8 @@ def rebalance_trigger(
         return Trigger.MEMBERSHIP_CHANGED
     covered = sorted(tp for partitions in published.values() for tp in partitions)
     expected = [TopicPartition(topic, p) for topic in sorted(topics) for p in range(topics[topic])]
-    if covered != expected:
-        return Trigger.PARTITIONS_CHANGED
-    return None
+    if covered == expected:
+        return None
+    if sorted([*covered, *releasing]) == expected:
+        return Trigger.HANDOFF
+    return Trigger.PARTITIONS_CHANGED

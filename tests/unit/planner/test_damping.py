@@ -41,7 +41,13 @@ T = TopicPartition
 DEFAULTS = DampingSettings(
     imbalance_threshold=1.2, min_improvement=0.1, cooldown_seconds=30, interval_seconds=60
 )
-CORRECTNESS = (Trigger.INITIAL, Trigger.SPEC_CHANGED, Trigger.MEMBERSHIP_CHANGED, Trigger.PARTITIONS_CHANGED)
+CORRECTNESS = (
+    Trigger.INITIAL,
+    Trigger.SPEC_CHANGED,
+    Trigger.MEMBERSHIP_CHANGED,
+    Trigger.PARTITIONS_CHANGED,
+    Trigger.HANDOFF,
+)
 
 
 def figures(imbalance: float, max_member_lag: float | None = None) -> Figures:

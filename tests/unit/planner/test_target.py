@@ -100,6 +100,17 @@ def test_correctness_triggers_in_order_and_none_for_lag() -> None:
     assert trigger(published={"g-0": [T("t", 0)]}) is Trigger.PARTITIONS_CHANGED
 
 
+def test_a_plan_short_of_exactly_its_releasing_partitions_is_a_handoff_step() -> None:
+    """A move half way leaves its partitions out of the plan while their old owners release
+    them: its next epoch is `Handoff`, not a change of the topics (what the Event says)."""
+    half_way = {"published": {"g-0": [T("t", 0)]}}
+    assert trigger(**half_way, releasing=[T("t", 1)]) is Trigger.HANDOFF
+    assert trigger(**half_way, releasing=[T("t", 1)], topics={"t": 3}) is Trigger.PARTITIONS_CHANGED
+    assert trigger(**half_way, releasing=[T("t", 0), T("t", 1)]) is Trigger.PARTITIONS_CHANGED, "twice"
+    assert trigger(**half_way, releasing=[T("t", 1)], spec_changed=True) is Trigger.SPEC_CHANGED
+    assert trigger(releasing=[]) is None
+
+
 def test_scale_down_removes_highest_ordinals_first() -> None:
     assert scale_down_order([0, 1, 2, 3, 4], 2) == [4, 3, 2]
 
