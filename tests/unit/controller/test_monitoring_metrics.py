@@ -204,6 +204,24 @@ def test_a_pending_release_is_a_handoff_in_flight_until_it_settles() -> None:
     assert world.value("groupops_oldest_handoff_seconds") == 0
 
 
+def test_the_epoch_that_completes_a_move_is_told_and_counted_as_handoff() -> None:
+    """The epoch that grants a released partition to its new owner names `Handoff`: the plan
+    before it left that partition out only because it was releasing, not because a topic changed."""
+    world = World(STATIC)
+    world.run()
+    world.acknowledge("g-0", "g-1", "g-2")
+    world.run()
+    world.kube.put_policy("ns", "p", scaled(STATIC, 2))
+    world.run()
+    world.acknowledge("g-0", "g-1", "g-2")
+    world.run()
+    assert world.plan().releasing == {}
+    assert world.value("groupops_rebalances_total", trigger="Handoff") == 1
+    assert world.value("groupops_rebalances_total", trigger="PartitionsChanged") is None
+    messages = [e["message"] for e in world.kube.list("v1", "Event", "ns") if e["reason"] == "Rebalanced"]
+    assert messages[-1].startswith(f"epoch {world.plan().epoch} (Handoff): "), messages
+
+
 # -- fences -----------------------------------------------------------------------------------------
 
 
