@@ -222,6 +222,28 @@ def test_the_epoch_that_completes_a_move_is_told_and_counted_as_handoff() -> Non
     assert messages[-1].startswith(f"epoch {world.plan().epoch} (Handoff): "), messages
 
 
+def test_the_figures_before_a_plan_count_the_partitions_still_releasing_with_their_owner() -> None:
+    """Two replicas own two partitions of lag 10 each; scaled to four, each gives one up. Until the
+    move completes the old owners still hold them: the status imbalance and the Event's "was"
+    are of what is held (20 a replica), not of the half plan (10)."""
+    spec = {**STATIC, "lagSource": {"type": "static", "static": {"lags": {"t": [10, 10, 10, 10]}}}}
+    world = World(scaled(spec, 2))
+    world.run()
+    world.acknowledge("g-0", "g-1")
+    world.run()
+    world.kube.put_policy("ns", "p", scaled(spec, 4))
+    world.run()  # the new replicas' pods and Leases
+    world.acknowledge("g-0", "g-1", "g-2", "g-3")
+    world.run()  # they take part: one partition each leaves g-0 and g-1
+    world.acknowledge("g-0", "g-1", "g-2", "g-3")
+    assert sorted(str(r.identity) for r in world.plan().releasing.values()) == ["g-0", "g-1"]
+    world.run()
+    assert world.plan().releasing == {}
+    messages = [e["message"] for e in world.kube.list("v1", "Event", "ns") if e["reason"] == "Rebalanced"]
+    assert messages[-1].startswith(f"epoch {world.plan().epoch} (Handoff): "), messages
+    assert messages[-1].endswith("max member lag 10 (was 20)"), messages
+
+
 # -- fences -----------------------------------------------------------------------------------------
 
 
