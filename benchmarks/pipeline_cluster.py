@@ -3,11 +3,14 @@ machine) against `local[*]`: `timelag`, `forecast` and `plan` on the same Parque
 10M snapshot rows by default.
 
     .venv/bin/python benchmarks/pipeline_cluster.py [--rows 1000000,10000000]
-        [--jobs timelag,forecast,plan] [--data DIR] [--json FILE]
+        [--jobs timelag,forecast,plan] [--layouts plain,compacted] [--buckets 16] [--data DIR]
+        [--json FILE]
 
 Input: groupops.pipeline.synthetic histories (as `groupops pipeline generate` writes them) of 50
 partitions x 100 steps per group, written once to Parquet partitioned by `date` (kept under
-`--data` for later runs; a temporary directory by default).
+`--data` for later runs; a temporary directory by default). `--layouts compacted` also runs each
+job on a copy compacted as `groupops pipeline compact` does (benchmarks/pipeline.py's
+`compacted_copy`, kept beside the plain one).
 
 Each job is the real transform on `read_snapshots` followed by a small aggregate that needs every
 row of it (nothing is pruned, nothing written): timelag.timelag and the sum of the time lags;
@@ -28,11 +31,16 @@ import argparse
 import json
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from pipeline import compacted_copy
 
 PARTITIONS, STEPS = 50, 100
 WINDOW_S, HORIZON_S = 600.0, 300.0
@@ -96,20 +104,24 @@ def write_history(spark: Any, rows: int, path: Path) -> None:
     scratch.rename(path)
 
 
+Input = tuple[int, str, Path]
+"""Rows, layout (plain or compacted) and the dataset's path."""
+
+
 def measure(
-    spark: Any, master: str, sizes: list[tuple[int, Path]], jobs: list[str], warm: Path
-) -> dict[tuple[int, str], dict[str, Any]]:
+    spark: Any, master: str, inputs: list[Input], jobs: list[str], warm: Path
+) -> dict[tuple[int, str, str], dict[str, Any]]:
     run = runners()
     for job in jobs:
         run[job](spark, warm)
     results = {}
-    for rows, path in sizes:
+    for rows, layout, path in inputs:
         for job in jobs:
             started = time.perf_counter()
             answer = run[job](spark, path)
             seconds = time.perf_counter() - started
-            results[(rows, job)] = {"seconds": seconds, "answer": answer}
-            print(f"  {master}: {rows:,} rows {job} {seconds:.1f} s", flush=True)
+            results[(rows, layout, job)] = {"seconds": seconds, "answer": answer}
+            print(f"  {master}: {rows:,} rows ({layout}) {job} {seconds:.1f} s", flush=True)
     return results
 
 
@@ -118,9 +130,14 @@ def main() -> None:
     parser.add_argument("--rows", default="1000000,10000000")
     parser.add_argument("--jobs", default=",".join(JOBS))
     parser.add_argument("--data", type=Path, help="keep the generated histories here (reused when present)")
+    parser.add_argument("--layouts", default="plain", help="plain, compacted or both")
+    parser.add_argument("--buckets", type=int, default=16, help="the compacted copy's buckets per date")
     parser.add_argument("--json", type=Path, help="also write every measurement here")
     arguments = parser.parse_args()
     jobs = [job for job in arguments.jobs.split(",") if job]
+    layouts = [name for name in arguments.layouts.split(",") if name]
+    if not layouts or set(layouts) - {"plain", "compacted"}:
+        parser.error(f"--layouts: plain, compacted or both, got {arguments.layouts!r}")
 
     from groupops.devstack.spark_cluster import SparkCluster, executor_python, package_zip  # noqa: PLC0415
     from groupops.pipeline.session import ExecutorSettings, SessionSettings, build_session  # noqa: PLC0415
@@ -142,42 +159,54 @@ def main() -> None:
         spark = build_session(session_settings("local[*]"))
         warm = scratch / "warm-up"
         write_history(spark, 50_000, warm)
-        sizes = []
+        inputs: list[Input] = []
         for rows in (int(r) for r in arguments.rows.split(",")):
             path = data / f"snapshots-{rows}"
             if not path.is_dir():
                 write_history(spark, rows, path)
-            sizes.append((rows, path))
-        local = measure(spark, "local[*]", sizes, jobs, warm)
+            copies = {"plain": path}
+            if "compacted" in layouts:
+                copies["compacted"] = compacted_copy(spark, path, arguments.buckets)
+            inputs.extend((rows, layout, copies[layout]) for layout in layouts)
+        local = measure(spark, "local[*]", inputs, jobs, warm)
         spark.stop()
 
         shipping = ExecutorSettings(python=str(executor_python()), py_files=(str(package_zip()),))
         with SparkCluster(scratch / "cluster") as cluster:
             spark = build_session(session_settings(cluster.url, shipping))
-            standalone = measure(spark, "standalone", sizes, jobs, warm)
+            standalone = measure(spark, "standalone", inputs, jobs, warm)
             spark.stop()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print(f"end: {uptime()}")
 
     print(
-        "| rows | job | local[*] (s) | standalone, 2 workers (s) | standalone / local "
+        "| rows | job | input | local[*] (s) | standalone, 2 workers (s) | standalone / local "
         "| local rate | standalone rate |"
     )
-    print("|---:|---|---:|---:|---:|---:|---:|")
+    print("|---:|---|---|---:|---:|---:|---:|---:|")
     records = []
-    for rows, _ in sizes:
+    for rows, layout, _ in inputs:
         groups = rows // (PARTITIONS * STEPS)
         for job in jobs:
-            a, b = local[(rows, job)], standalone[(rows, job)]
-            assert same_answer(a["answer"], b["answer"]), (rows, job)
+            a, b = local[(rows, layout, job)], standalone[(rows, layout, job)]
+            assert same_answer(a["answer"], b["answer"]), (rows, layout, job)
+            assert same_answer(a["answer"], local[(rows, layouts[0], job)]["answer"]), (rows, layout, job)
             unit, amount = ("groups/s", groups) if job == "plan" else ("rows/s", rows)
             print(
-                f"| {rows:,} | {job} | {a['seconds']:.1f} | {b['seconds']:.1f} | "
+                f"| {rows:,} | {job} | {layout} | {a['seconds']:.1f} | {b['seconds']:.1f} | "
                 f"{b['seconds'] / a['seconds']:.2f}x | {amount / a['seconds']:,.0f} {unit} | "
                 f"{amount / b['seconds']:,.0f} {unit} |"
             )
-            records.append({"rows": rows, "job": job, "local_s": a["seconds"], "standalone_s": b["seconds"]})
+            records.append(
+                {
+                    "rows": rows,
+                    "job": job,
+                    "layout": layout,
+                    "local_s": a["seconds"],
+                    "standalone_s": b["seconds"],
+                }
+            )
     if arguments.json:
         arguments.json.write_text(json.dumps(records, indent=1))
 
