@@ -30,7 +30,7 @@ from groupops.controller.clusters import badness_of
 from groupops.controller.context import RunContext, iso
 from groupops.controller.identities import IdentityView
 from groupops.controller.pipeline_plan import pipeline_plan
-from groupops.controller.publish import moves_between, normalized
+from groupops.controller.publish import held_sets, moves_between, normalized
 from groupops.controller.render_plan import ObservedPlan
 from groupops.controller.spec import AutoscaleSpec, PolicySpec
 from groupops.lag import LagSnapshot
@@ -98,19 +98,6 @@ class Decision:
     not run): a settled policy's skipped ticks must not outlast it (`settled`)."""
 
 
-def held_now(
-    current: Mapping[str, Sequence[TopicPartition]], previous: PublishedPlan
-) -> dict[str, tuple[TopicPartition, ...]]:
-    """The published sets plus each partition still releasing, with the identity releasing it:
-    what each replica holds until its move completes. The figures "before" a plan (status
-    `imbalance`, the Event's "was") are of this, not of the half plan, which leaves a move's
-    partitions out until they are granted and would show their old owner lighter than it is."""
-    held = {identity: tuple(partitions) for identity, partitions in current.items()}
-    for tp, release in previous.releasing.items():
-        held[str(release.identity)] = tuple(sorted({*held.get(str(release.identity), ()), tp}))
-    return held
-
-
 def decide(  # noqa: PLR0917 - one call site, the reconcile's named steps
     run: RunContext,
     spec: PolicySpec,
@@ -137,7 +124,7 @@ def decide(  # noqa: PLR0917 - one call site, the reconcile's named steps
         epoch=previous.epoch or None,
     )
     target = run.memory.targets.target(request)
-    before = run.memory.targets.stats(request, held_now(current, previous)) if observed is not None else None
+    before = run.memory.targets.stats(request, held_sets(previous)) if observed is not None else None
     members = frozenset(identity.name for identity in view.members)
     digest = target_inputs_digest(run.body.get("spec"))
     trigger = rebalance_trigger(

@@ -32,6 +32,7 @@ __all__ = [
     "Fence",
     "floor_plan",
     "handed_over",
+    "held_sets",
     "judged_expired",
     "member_states",
     "moves_between",
@@ -126,6 +127,18 @@ def _holders(plan: PublishedPlan) -> dict[TopicPartition, str]:
     held = {tp: str(release.identity) for tp, release in plan.releasing.items()}
     held.update({tp: str(identity) for identity, tps in plan.plan.assignment.items() for tp in tps})
     return held
+
+
+def held_sets(plan: PublishedPlan) -> dict[str, tuple[TopicPartition, ...]]:
+    """Each identity's partitions held now (`_holders`): its set in the plan plus those it is still
+    releasing; every identity of the plan is a key, so with nothing releasing this is
+    `normalized(plan.plan.assignment)`. The figures "before" a plan (status `imbalance`, the
+    Event's "was") are of this: the plan alone leaves a move's partitions out until they are
+    granted, and would show their old owner lighter than it is."""
+    held: dict[str, list[TopicPartition]] = {str(identity): [] for identity in plan.plan.assignment}
+    for tp, holder in _holders(plan).items():
+        held.setdefault(holder, []).append(tp)
+    return {identity: tuple(sorted(tps)) for identity, tps in held.items()}
 
 
 def moves_between(before: Assignment, after: Assignment, *, among: frozenset[str] | None = None) -> int:

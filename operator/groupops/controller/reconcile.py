@@ -1045,13 +1045,13 @@ def _publish(
         )
         run.log.warning("published resync plan epoch %d: %s", epoch, result.resync)
         return result.published
-    metrics.rebalances.labels(ns, name, decision.trigger or Trigger.HANDOFF.value).inc()
+    reason = decision.trigger or Trigger.HANDOFF.value
+    metrics.rebalances.labels(ns, name, reason).inc()
     metrics.moves.labels(ns, name).inc(
         handed_over(observed.published if observed else None, result.published)
     )
     before = "-" if decision.max_lag_before is None else f"{decision.max_lag_before:,.0f}"
     waiting = f", {len(result.waiting)} partitions waiting for release" if result.waiting else ""
-    reason = decision.trigger or Trigger.HANDOFF.value
     run.event(
         "Normal",
         "Rebalanced",
