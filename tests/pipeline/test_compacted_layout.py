@@ -28,7 +28,7 @@ from pyspark.sql import functions as sf
 from typer.testing import CliRunner
 
 from groupops.cli import app
-from groupops.pipeline import forecast, layout, synthetic, timelag
+from groupops.pipeline import forecast, jobs, layout, synthetic, timelag
 from groupops.pipeline.io import InputSpec, read_snapshots
 from groupops.pipeline.schema import SnapshotRow
 from groupops.pipeline.snapshot import ParquetSink
@@ -121,6 +121,29 @@ def test_compaction_keeps_every_row_and_every_job_answer(
     assert_same_rows(forecast.forecast(before, **window), forecast.forecast(after, **window))
     # pyarrow (the benchmark's pandas, any other reader) sees the same rows: markers start with `_`.
     assert pq.read_table(dataset).num_rows == before.count()
+
+
+def read_tables(spark: SparkSession) -> set[str]:
+    return {t.name for t in spark.catalog.listTables() if t.name.startswith("groupops_snapshots_")}
+
+
+def test_a_job_drops_the_tables_of_its_compacted_reads_and_keeps_the_dataset(
+    spark: SparkSession, dataset: Path, tmp_path: Path
+) -> None:
+    layout.compact(spark, dataset, buckets=BUCKETS, before=date(2026, 1, 4))
+    rows = pq.read_table(dataset).num_rows
+    before = read_tables(spark)
+    answers = []
+    for run in ("first", "second"):
+        options = jobs.JobOptions(input=InputSpec(path=dataset), out=tmp_path / run)
+        result = jobs.run_job("timelag", spark, options)
+        assert read_tables(spark) == before  # a session that runs jobs all day keeps no table per run
+        answers.append(spark.read.parquet(result.outputs["timelag"]))
+    # The tables were external: the dataset keeps every row and file, and reads the same again.
+    assert pq.read_table(dataset).num_rows == rows
+    assert layout.compacted_dates(dataset, layout.read_layout(dataset)) == DAYS[:3]
+    assert answers[0].count() == rows
+    assert_same_rows(answers[0], answers[1])
 
 
 def test_compacted_dates_are_read_without_a_shuffle_and_only_new_dates_move(

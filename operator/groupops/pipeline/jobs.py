@@ -439,6 +439,7 @@ def run_job(name: str, spark: SparkSession, options: JobOptions) -> JobResult:
     runner = _JOBS[name]
     result = JobResult(job=name)
     started = time.monotonic()
-    runner(spark, options, result)
+    with layout.tables_released(spark):
+        runner(spark, options, result)
     result.seconds = time.monotonic() - started
     return result

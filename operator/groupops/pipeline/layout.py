@@ -40,11 +40,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import re
 import shutil
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -68,7 +70,10 @@ __all__ = [
     "read_compacted",
     "read_layout",
     "recover",
+    "tables_released",
 ]
+
+log = logging.getLogger(__name__)
 
 BUCKET_KEYS = TOPIC_PARTITION_KEYS
 """Every job's windows are over these keys or finer (`forecast` adds the group)."""
@@ -83,6 +88,8 @@ READY = "_ready.json"
 LOCK_FILE = "_groupops_compact.lock"
 # Spark's bucketed writer names a file part-<task>-<job uuid>_<bucket %05d>.c<file %03d>…
 _BUCKET_FILE = re.compile(r"^part-.*_(\d{5})\.c\d{3}(\..*)?$")
+# The tables `read_compacted` registers inside `tables_released`, which drops them.
+_READ_TABLES: ContextVar[list[str] | None] = ContextVar("groupops_read_tables", default=None)
 
 
 class LayoutError(PipelineInputError):
@@ -189,7 +196,29 @@ def read_compacted(spark: SparkSession, root: Path, layout: DatasetLayout, days:
         for day in days
     )
     spark.sql(f"ALTER TABLE {table} ADD {partitions}")
+    registered = _READ_TABLES.get()
+    if registered is not None:
+        registered.append(table)
     return spark.table(table)
+
+
+@contextlib.contextmanager
+def tables_released(spark: SparkSession) -> Iterator[None]:
+    """Drops, on the way out, the catalog tables that `read_compacted` registered inside: a job's
+    reads. A long-lived session (a Spark Connect server, a notebook) would otherwise keep one
+    table per read. The tables are external, so dropping one leaves its files (and the dataset)
+    as they are; a frame read inside cannot be used after it."""
+    registered: list[str] = []
+    token = _READ_TABLES.set(registered)
+    try:
+        yield
+    finally:
+        _READ_TABLES.reset(token)
+        for table in registered:
+            try:
+                spark.sql(f"DROP TABLE IF EXISTS {table}")
+            except Exception as e:  # the job's own outcome (or error) must not be hidden by this
+                log.warning("could not drop the catalog table %s of a compacted read: %s", table, e)
 
 
 # -- compaction -----------------------------------------------------------------------------------
