@@ -7,7 +7,9 @@ spread over all capacity, nor than the largest partition on the most capable sub
 
 `moves` counts the previously owned partitions (`invariants.previous_owners`) whose owner changes,
 including those that no longer exist: an owned partition of a deleted topic, or beyond its
-topic's count, is revoked and goes to nobody; `dropped` says how many of `moves` those are.
+topic's count, is revoked and goes to nobody; `dropped` says how many of `moves` those are. (A
+partition an assignment lists twice, which no strategy gives but a hand-edited plan can hold,
+counts for both members' count and lag, and its owner is the member listed last.)
 `missing_topics` names the topics members subscribe to that are not in `topics` (not created yet,
 or deleted): they contribute nothing, as in Kafka, and this is where a typo in a subscription
 shows.
@@ -15,7 +17,9 @@ shows.
 Called by `groupops assign` after every strategy, the planner and the Spark `plan` job, on groups
 of up to a million partitions: every partition is turned into one integer index (two C-level
 maps over the lists, no Python frame per partition) and the rest is numpy, so the figures cost a
-fraction of the assignment itself. Exact integers throughout (lag sums in int64).
+fraction of the assignment itself. Small groups (`_SMALL`) are figured in plain Python instead,
+where numpy's cost per call is the whole cost (the operator figures every policy's plans at every
+run). Exact integers throughout (lag sums in int64, or Python's).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import TypedDict
 import numpy as np
 import numpy.typing as npt
 
+from groupops.assign.invariants import previous_owners
 from groupops.model import Assignment, GroupInput, Member, TopicPartition
 
 __all__ = ["AssignmentStats", "MemberStats", "compute_stats", "lower_bound"]
@@ -126,7 +131,68 @@ def _absent() -> int:
     return -1
 
 
+_SMALL = 512
+"""Up to this many partitions (in `topics`, assigned and owned, each counted), the figures are
+computed in plain Python (`_small_stats`): numpy's fixed cost, some thirty array operations a
+call, is more than a small group's whole work, and the operator computes them about three times
+per run of every policy (docs/design.md §8.5)."""
+
+
 def compute_stats(group: GroupInput, assignment: Assignment) -> AssignmentStats:
+    size = sum(group.topics.values())
+    size += sum(map(len, assignment.values())) + sum(len(member.owned) for member in group.members)
+    if size <= _SMALL:
+        return _small_stats(group, assignment)
+    return _numpy_stats(group, assignment)
+
+
+def _small_stats(group: GroupInput, assignment: Assignment) -> AssignmentStats:
+    """`compute_stats` one partition at a time: the definition as the module docstring states it."""
+    topics = group.topics
+    # Per topic its count and lags as Python ints (None: no lag given, every partition 0).
+    known: dict[str, tuple[int, list[int] | None]] = {}
+    for topic, count in topics.items():
+        values = group.lags.get(topic)
+        known[topic] = (count, None if values is None else [int(v) for v in values])
+    capacity = {member.member_id: member.capacity for member in group.members}
+    members: dict[str, MemberStats] = {}
+    holder: dict[TopicPartition, str] = {}
+    total_lag = total_assigned = 0
+    for member_id, tps in assignment.items():
+        lag = 0
+        for tp in tps:
+            topic, number = tp
+            entry = known.get(topic)
+            if entry is not None and entry[1] is not None and 0 <= number < entry[0]:
+                lag += entry[1][number]
+            holder[tp] = member_id  # a partition listed twice: its last holder, as numpy's write
+        members[member_id] = {"count": len(tps), "lag": lag, "weighted_lag": lag / capacity[member_id]}
+        total_lag += lag
+        total_assigned += len(tps)
+    moves = dropped = 0
+    for tp, owner in previous_owners(group).items():
+        if holder.get(tp) != owner:
+            moves += 1
+        topic, number = tp
+        if not 0 <= number < topics.get(topic, 0):
+            dropped += 1
+    subscribed = sum(topics[topic] for topic in group.subscribed_topics())
+    max_lag = max((m["weighted_lag"] for m in members.values()), default=0.0)
+    bound = lower_bound(group)
+    return {
+        "members": members,
+        "total_lag": total_lag,
+        "max_member_lag": max_lag,
+        "lower_bound": bound,
+        "imbalance": max_lag / bound if bound > 0 else 1.0,
+        "moves": moves,
+        "dropped": dropped,
+        "unassigned": subscribed - total_assigned,
+        "missing_topics": group.missing_topics(),
+    }
+
+
+def _numpy_stats(group: GroupInput, assignment: Assignment) -> AssignmentStats:
     partitions = _Partitions(group)
     member_ids = list(assignment)
     counts = np.fromiter(map(len, assignment.values()), np.int64, len(member_ids))
@@ -213,10 +279,9 @@ def _moves(
     if gone and not bool(valid.all()):
         # A strategy never assigns a partition that does not exist; an assignment from elsewhere
         # (Kafka's answer, a published plan) may, and one its previous owner keeps is no move.
-        moves -= sum(
-            1
-            for member_id, tps in assignment.items()
-            for tp in tps
-            if tp in gone and gone[tp] == position[member_id]
-        )
+        # Listed twice, it is judged by its last holder, as an existing one is (`current`).
+        last_holder = {
+            tp: position[member_id] for member_id, tps in assignment.items() for tp in tps if tp in gone
+        }
+        moves -= sum(1 for tp, holder_now in last_holder.items() if gone[tp] == holder_now)
     return moves, len(gone)
