@@ -18,10 +18,11 @@ once (docs/design.md §13.1).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -123,7 +124,9 @@ def decide(  # noqa: PLR0917 - one call site, the reconcile's named steps
         failback=spec.strategy.failback,
         epoch=previous.epoch or None,
     )
-    target = run.memory.targets.target(request)
+    # Asked for only when the plan can change: a trigger fired, or damping has something to judge
+    # (a busy policy's run otherwise skips the strategy, docs/design.md §8.5).
+    target = functools.partial(run.memory.targets.target, request)
     before = run.memory.targets.stats(request, held_sets(previous)) if observed is not None else None
     members = frozenset(identity.name for identity in view.members)
     digest = target_inputs_digest(run.body.get("spec"))
@@ -138,14 +141,16 @@ def decide(  # noqa: PLR0917 - one call site, the reconcile's named steps
     run.memory.damping.remember_digest(run.policy.generation, digest)
     damped: Damped | None = None
     if trigger is None and before is not None and not paused:
-        damped = _damp(run, spec, before=before, target=target, current=current, members=members)
+        damped = _damp(
+            run, spec, before=before, target=target, topics=topics, current=current, members=members
+        )
         trigger = damped.trigger
     everyone = sorted(view.identities_by_ordinal.values())
     if paused and trigger in (None, Trigger.PARTITIONS_CHANGED, Trigger.HANDOFF):
         trigger = None  # the pause itself changes the plan; lag and balance wait for the reset
         wanted: Mapping[Any, Sequence[TopicPartition]] = current
     else:
-        wanted = target.assignment if trigger is not None else current
+        wanted = target().assignment if trigger is not None else current
     entries = {
         identity: tuple(sorted(tp for tp in wanted.get(identity, ()) if tp not in paused))
         if identity in members
@@ -330,25 +335,32 @@ def _damp(
     spec: PolicySpec,
     *,
     before: Mapping[str, Any],
-    target: Target,
+    target: Callable[[], Target],
+    topics: Mapping[str, int],
     current: Mapping[str, Sequence[TopicPartition]],
     members: frozenset[str],
 ) -> Damped:
     """`planner.damping.damp` on this run's figures: the published plan's and the target's under
     the lag just read, whether the target evens out counts (never for failover, which puts
-    everything on one replica by design), the time since status.lastRebalance."""
-    topics = target.group.topics
-    counts_nearer = spec.strategy.type != "failover" and count_shortfall(
-        normalized(target.assignment), members, topics
-    ) < count_shortfall(current, members, topics)
+    everything on one replica by design), the time since status.lastRebalance. The target is
+    computed only if counts are uneven now or damping asks for its figures."""
+    uneven = count_shortfall(current, members, topics)
+    counts_nearer = (
+        spec.strategy.type != "failover"
+        and uneven > 0
+        and count_shortfall(normalized(target().assignment), members, topics) < uneven
+    )
     settings = damping_settings(spec)
     since = seconds_since(run.status.get("lastRebalance"), run.now)
+
+    def after() -> Figures:
+        figures = target().stats
+        return Figures(imbalance=float(figures["imbalance"]), max_member_lag=float(figures["max_member_lag"]))
+
     damped = damp(
         state=run.memory.damping.triggers,
         before=Figures(imbalance=float(before["imbalance"]), max_member_lag=float(before["max_member_lag"])),
-        after=Figures(
-            imbalance=float(target.stats["imbalance"]), max_member_lag=float(target.stats["max_member_lag"])
-        ),
+        after=after,
         counts_nearer=counts_nearer,
         seconds_since_rebalance=since,
         now=run.now.timestamp(),

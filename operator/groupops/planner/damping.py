@@ -52,7 +52,7 @@ from __future__ import annotations
 import enum
 import math
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from groupops.model import TopicPartition
@@ -236,7 +236,7 @@ def damp(
     *,
     state: TriggerState,
     before: Figures,
-    after: Figures,
+    after: Figures | Callable[[], Figures],
     counts_nearer: bool,
     seconds_since_rebalance: float | None,
     now: float,
@@ -244,13 +244,17 @@ def damp(
     over_goal: bool = False,
 ) -> Damped:
     """The damped triggers of one run, called only when no correctness trigger fired. `before`:
-    the published plan under the lag just read; `after`: the new target; `counts_nearer`: the
-    target brings partition counts nearer the fair share (`count_shortfall`), what a move budget
-    left of a change. In order: re-arm (`rearmed`); the candidate, `CountsUneven` or
-    `lag_trigger`'s (an interval on the figures it last held as too little is not due); `judge`;
-    then the state: an interval evaluation that found too little is used up (the next one is an
-    interval on, on other figures), and so is a published lag-driven plan, which also disarms
-    the imbalance trigger when its imbalance stays above `rearm_below`."""
+    the published plan under the lag just read; `after`: the new target's, or how to get them:
+    they are asked for only when the outcome depends on them (a candidate to judge, or figures
+    held as too little equal to `before`), so a run with nothing to judge need not compute the
+    target (docs/design.md §8.5); `counts_nearer`: the target brings partition counts nearer the
+    fair share (`count_shortfall`), what a move budget left of a change. In order: re-arm
+    (`rearmed`); the candidate, `CountsUneven` or `lag_trigger`'s (an interval on the figures it
+    last held as too little is not due); `judge`; then the state: an interval evaluation that
+    found too little is used up (the next one is an interval on, on other figures), and so is a
+    published lag-driven plan, which also disarms the imbalance trigger when its imbalance stays
+    above `rearm_below`."""
+    target_figures = _once(after)
     base = replace(state, armed=rearmed(armed=state.armed, imbalance=before.imbalance, settings=settings))
     candidate = (
         Trigger.COUNTS_UNEVEN
@@ -269,7 +273,7 @@ def damp(
         return _quiet_for(
             state=state,
             before=before,
-            after=after,
+            after=target_figures,
             counts_nearer=counts_nearer,
             over_goal=over_goal,
             seconds_since_rebalance=seconds_since_rebalance,
@@ -277,16 +281,17 @@ def damp(
             settings=settings,
         )
 
-    if candidate is Trigger.INTERVAL and base.held_on == (before, after):
+    if candidate is Trigger.INTERVAL and _held_on(base, before, target_figures):
         # Judged on these very figures and held as too little: the same verdict again (the
         # cooldown had passed then, and it only moves further away).
         candidate = None
     if candidate is None:
         return Damped(trigger=None, state=base, unpublished=base, quiet_s=quiet(base))
+    after_figures = target_figures()
     verdict = judge(
         trigger=candidate,
         before_max=before.max_member_lag,
-        after_max=after.max_member_lag,
+        after_max=after_figures.max_member_lag,
         seconds_since_rebalance=seconds_since_rebalance,
         settings=settings,
     )
@@ -294,22 +299,46 @@ def damp(
     if not verdict.publish:
         held = base
         if verdict.hold is Hold.TOO_LITTLE:
-            held = replace(evaluated, held_on=(before, after)) if candidate is Trigger.INTERVAL else evaluated
+            held = (
+                replace(evaluated, held_on=(before, after_figures))
+                if candidate is Trigger.INTERVAL
+                else evaluated
+            )
         quiet_s = quiet(held)
         return Damped(
             trigger=None, candidate=candidate, verdict=verdict, state=held, unpublished=held, quiet_s=quiet_s
         )
     published = replace(evaluated, held_on=None)
-    if candidate in LAG_DRIVEN and after.imbalance > settings.rearm_below:
+    if candidate in LAG_DRIVEN and after_figures.imbalance > settings.rearm_below:
         published = replace(published, armed=False)
     return Damped(trigger=candidate, candidate=candidate, verdict=verdict, state=published, unpublished=base)
+
+
+def _once(after: Figures | Callable[[], Figures]) -> Callable[[], Figures]:
+    """`after` as a call that computes the figures at most once."""
+    if isinstance(after, Figures):
+        return lambda: after
+    known: list[Figures] = []
+
+    def figures() -> Figures:
+        if not known:
+            known.append(after())
+        return known[0]
+
+    return figures
+
+
+def _held_on(state: TriggerState, before: Figures, after: Callable[[], Figures]) -> bool:
+    """`state.held_on == (before, after)`, asking for the target's figures only when the
+    published plan's are the ones held (a busy group's lag moves them at every read)."""
+    return state.held_on is not None and state.held_on[0] == before and state.held_on[1] == after()
 
 
 def _quiet_for(
     *,
     state: TriggerState,
     before: Figures,
-    after: Figures,
+    after: Callable[[], Figures],
     counts_nearer: bool,
     over_goal: bool,
     seconds_since_rebalance: float | None,
@@ -327,7 +356,7 @@ def _quiet_for(
     if seconds_since_rebalance is not None and seconds_since_rebalance < settings.cooldown_seconds:
         waits.append(settings.cooldown_seconds - max(0.0, seconds_since_rebalance))
     raised = counts_nearer or over_goal or (state.armed and before.imbalance > settings.imbalance_threshold)
-    if not raised and state.held_on != (before, after):
+    if not raised and not _held_on(state, before, after):
         since_evaluation = None if state.evaluated_at is None else now - state.evaluated_at
         interval_in = max(
             0.0 if since is None else settings.interval_seconds - since

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -762,3 +763,66 @@ def test_an_imbalance_with_no_better_plan_stays_quiet_until_the_figures_change()
     assert stuck.candidate is Trigger.IMBALANCE and stuck.verdict is not None
     assert stuck.verdict.hold is Hold.TOO_LITTLE
     assert stuck.quiet_s == math.inf
+
+
+# -- the target's figures only when they matter (docs/design.md §8.5) ----------------------------
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    armed=st.booleans(),
+    evaluated_ago=st.none() | st.floats(0, 400),
+    held=st.sampled_from(["none", "these", "other published", "other target"]),
+    before=st.floats(1.0, 3.0),
+    after=st.floats(0.5, 3.0),
+    counts_nearer=st.booleans(),
+    over_goal=st.booleans(),
+    since=st.none() | st.floats(-5, 400),
+)
+def test_the_target_figures_are_asked_for_only_when_the_outcome_depends_on_them(
+    armed: bool,
+    evaluated_ago: float | None,
+    held: str,
+    before: float,
+    after: float,
+    counts_nearer: bool,
+    over_goal: bool,
+    since: float | None,
+) -> None:
+    """Given as a call, the target's figures give the same decision as given outright, and are
+    asked for (once at most) only when there is a candidate to judge or the published plan's
+    figures are the ones an interval held as too little: a busy policy's run with nothing to
+    judge skips the strategy."""
+    now = 1000.0
+    held_on = {
+        "none": None,
+        "these": (figures(before), figures(after)),
+        "other published": (figures(before + 0.5), figures(after)),
+        "other target": (figures(before), figures(after + 0.5)),
+    }[held]
+    state = TriggerState(
+        armed=armed, evaluated_at=None if evaluated_ago is None else now - evaluated_ago, held_on=held_on
+    )
+    asked: list[int] = []
+
+    def lazily() -> Figures:
+        asked.append(1)
+        return figures(after)
+
+    def run(target: Figures | Callable[[], Figures]) -> Damped:
+        return damp(
+            state=state,
+            before=figures(before),
+            after=target,
+            counts_nearer=counts_nearer,
+            seconds_since_rebalance=since,
+            now=now,
+            settings=DEFAULTS,
+            over_goal=over_goal,
+        )
+
+    eager, lazy = run(figures(after)), run(lazily)
+    assert lazy == eager
+    assert len(asked) <= 1
+    needed = eager.candidate is not None or (held_on is not None and held_on[0] == figures(before))
+    assert bool(asked) == needed
