@@ -147,6 +147,12 @@ class LeaseKeeper:
         """Monotonic time until which this process may consume (0: not valid)."""
         self.floor = -1
         """Plans with an epoch <= floor must not be applied (released or fenced through it)."""
+        self.lapses = 0
+        """Times validity ran out before a renewal or heartbeat sent later extended it again. A
+        process frozen or cut off past its validity learns of the gap this way even when the
+        first thing that runs after it is a granted heartbeat: its partitions may have moved
+        in the gap, so the runtime must not commit or release them before it re-reads the
+        plan (consumer/runtime.py)."""
         self.lost = False
         """Another incarnation took the Lease: stop everything and exit."""
         self.renewals = 0
@@ -390,6 +396,7 @@ class LeaseKeeper:
         if answer.status is HeartbeatStatus.GRANTED:
             with self._lock:
                 if not self._surrendered:
+                    self._note_lapse(sent)
                     self.valid_until = max(
                         self.valid_until, sent + min(answer.valid, self._settings.renew_deadline_s)
                     )
@@ -411,6 +418,11 @@ class LeaseKeeper:
         self.heartbeats_refused += 1
         return _Beat.REFUSED
 
+    def _note_lapse(self, sent: float) -> None:
+        """Under the lock, before an extension sent at `sent`: the validity it extends had ended."""
+        if 0.0 < self.valid_until <= sent:
+            self.lapses += 1
+
     def _sending(self) -> float | None:
         """The send time of a write about to go out, noted for `surrender`; None once surrendered
         (nothing may be written then)."""
@@ -426,6 +438,7 @@ class LeaseKeeper:
             self._written_record = record
             self._held = True
             if not self._surrendered:
+                self._note_lapse(sent)
                 self.valid_until = sent + self._settings.renew_deadline_s
         self.renewals += 1
         if self._failing_since is not None:

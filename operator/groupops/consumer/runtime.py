@@ -6,7 +6,10 @@ Who calls it: `groupops consume` (commands/consume.py), one process per identity
 The main loop, one thread, owns the Kafka consumer (confluent-kafka, manual assignment):
 1. Lease lost to another process -> drop everything, exit with LeaseLostError.
 2. Active but the Lease is no longer valid (the last renewal was sent more than the renew
-   deadline ago), or the operator fenced it -> *self-fence*: unassign everything without
+   deadline ago), or valid again after it had run out (a process frozen or cut off past its
+   validity, woken by a granted heartbeat: `LeaseKeeper.lapses`; its partitions may have moved
+   meanwhile, so its old positions are never committed), or the operator fenced it ->
+   *self-fence*: unassign everything without
    committing (the work since the last commit is done again by the next owner), report nothing
    owned, and wait. When the Lease is renewed again, re-read the plan ConfigMap and apply the
    newest plan above the Lease's floor.
@@ -112,6 +115,7 @@ class PlanRuntime(Replica):
         self._active = False
         self._applied: int | None = None
         self._floor_seen = -1
+        self._lapses_seen = 0  # the keeper's lapses when this process last (re)started consuming
         self._needs_refresh = True
 
     def _wake_loop(self) -> None:
@@ -209,6 +213,11 @@ class PlanRuntime(Replica):
             if not keeper.valid():
                 self._fence("the Lease was not renewed within the renew deadline")
                 continue
+            if keeper.lapses != self._lapses_seen:
+                # Valid again, but it had run out (the process was frozen or cut off): the operator
+                # may have moved its partitions meanwhile, so nothing is committed or released.
+                self._fence("the Lease's validity ran out before it was renewed again")
+                continue
             if keeper.floor > self._floor_seen:
                 self._fence(f"the operator fenced this identity through epoch {keeper.floor}")
                 continue
@@ -262,6 +271,7 @@ class PlanRuntime(Replica):
                 watcher.offer(configmap)
             self._needs_refresh = False
         self._floor_seen = keeper.floor
+        self._lapses_seen = keeper.lapses
         latest = watcher.latest
         if latest is None or latest.epoch <= keeper.floor:
             return
@@ -398,7 +408,7 @@ class PlanRuntime(Replica):
     def _still_valid(self) -> bool:
         keeper = self._keeper
         assert keeper is not None
-        return keeper.valid() and keeper.floor <= self._floor_seen
+        return keeper.valid() and keeper.floor <= self._floor_seen and keeper.lapses == self._lapses_seen
 
     def _consume_once(self) -> None:
         assert self._keeper is not None

@@ -133,6 +133,23 @@ def test_validity_counts_from_when_the_renewal_was_sent() -> None:
     assert k.valid_until == pytest.approx(103.5 + SETTINGS.renew_deadline_s)
 
 
+def test_a_renewal_sent_after_validity_ran_out_counts_a_lapse() -> None:
+    """A process frozen past its validity may first be woken by a renewal (or a granted heartbeat)
+    that makes it valid again: the lapse in between is counted, so the runtime fences instead of
+    releasing partitions that may have moved meanwhile (consumer/runtime.py, rule 2)."""
+    store, clock = LeaseStore(), Clock()
+    k = keeper(store, clock)
+    assert k.acquire(threading.Event())
+    assert k.lapses == 0, "the first take follows no validity"
+    clock.now = 102.9
+    assert k.renew_once()
+    assert k.lapses == 0, "renewed in time"
+    clock.now = 102.9 + SETTINGS.renew_deadline_s + 7.0  # frozen for 7 s past the deadline
+    assert k.renew_once()
+    assert k.valid()
+    assert k.lapses == 1
+
+
 def test_a_failed_renewal_does_not_extend_validity() -> None:
     store, clock = LeaseStore(), Clock()
     k = keeper(store, clock)
