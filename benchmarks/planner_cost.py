@@ -81,9 +81,7 @@ def main() -> None:
         group, plan = group_of(partitions, topics, replicas, rng)
         assert stats._small_stats(group, plan) == stats._numpy_stats(group, plan)
         medians = measure(group, plan, args.rounds, args.calls)
-        owned = sum(len(member.owned) for member in group.members)
-        size = sum(group.topics.values()) + sum(map(len, plan.values())) + owned
-        taken = "Python" if size <= stats._SMALL else "numpy"
+        taken = "Python" if stats.counted_partitions(group, plan) <= stats._SMALL else "numpy"
         cells = [f"{medians[name]:,.0f} us" for name in (*STRATEGY_NAMES, "python", "numpy")]
         print(f"| {partitions} / {topics} / {replicas} | " + " | ".join(cells) + f" | {taken} |")
 

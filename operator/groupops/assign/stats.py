@@ -139,19 +139,22 @@ per run of every policy (docs/design.md §8.5)."""
 
 
 def compute_stats(group: GroupInput, assignment: Assignment) -> AssignmentStats:
-    size = sum(group.topics.values())
-    size += sum(map(len, assignment.values())) + sum(len(member.owned) for member in group.members)
-    if size <= _SMALL:
+    if counted_partitions(group, assignment) <= _SMALL:
         return _small_stats(group, assignment)
     return _numpy_stats(group, assignment)
 
 
+def counted_partitions(group: GroupInput, assignment: Assignment) -> int:
+    """What `_SMALL` is compared with: the partitions of `topics`, assigned and owned, each counted."""
+    owned = sum(len(member.owned) for member in group.members)
+    return sum(group.topics.values()) + sum(map(len, assignment.values())) + owned
+
+
 def _small_stats(group: GroupInput, assignment: Assignment) -> AssignmentStats:
     """`compute_stats` one partition at a time: the definition as the module docstring states it."""
-    topics = group.topics
     # Per topic its count and lags as Python ints (None: no lag given, every partition 0).
     known: dict[str, tuple[int, list[int] | None]] = {}
-    for topic, count in topics.items():
+    for topic, count in group.topics.items():
         values = group.lags.get(topic)
         known[topic] = (count, None if values is None else [int(v) for v in values])
     capacity = {member.member_id: member.capacity for member in group.members}
@@ -169,14 +172,25 @@ def _small_stats(group: GroupInput, assignment: Assignment) -> AssignmentStats:
         members[member_id] = {"count": len(tps), "lag": lag, "weighted_lag": lag / capacity[member_id]}
         total_lag += lag
         total_assigned += len(tps)
-    moves = dropped = 0
-    for tp, owner in previous_owners(group).items():
-        if holder.get(tp) != owner:
-            moves += 1
-        topic, number = tp
-        if not 0 <= number < topics.get(topic, 0):
-            dropped += 1
-    subscribed = sum(topics[topic] for topic in group.subscribed_topics())
+    owners = previous_owners(group)
+    moves = sum(1 for tp, owner in owners.items() if holder.get(tp) != owner)
+    dropped = sum(1 for tp in owners if not group.exists(tp))
+    return _figures(
+        group, members, total_lag=total_lag, total_assigned=total_assigned, moved=(moves, dropped)
+    )
+
+
+def _figures(
+    group: GroupInput,
+    members: dict[str, MemberStats],
+    *,
+    total_lag: int,
+    total_assigned: int,
+    moved: tuple[int, int],
+) -> AssignmentStats:
+    """The group-wide figures from the per-member ones, both ways of `compute_stats` alike;
+    `moved`: (moves, dropped)."""
+    subscribed = sum(group.topics[topic] for topic in group.subscribed_topics())
     max_lag = max((m["weighted_lag"] for m in members.values()), default=0.0)
     bound = lower_bound(group)
     return {
@@ -185,8 +199,8 @@ def _small_stats(group: GroupInput, assignment: Assignment) -> AssignmentStats:
         "max_member_lag": max_lag,
         "lower_bound": bound,
         "imbalance": max_lag / bound if bound > 0 else 1.0,
-        "moves": moves,
-        "dropped": dropped,
+        "moves": moved[0],
+        "dropped": moved[1],
         "unassigned": subscribed - total_assigned,
         "missing_topics": group.missing_topics(),
     }
@@ -215,23 +229,10 @@ def _numpy_stats(group: GroupInput, assignment: Assignment) -> AssignmentStats:
         for member_id, count, lag in zip(member_ids, counts.tolist(), lags, strict=True)
     }
 
-    moves, dropped = _moves(
+    moved = _moves(
         group, partitions, member_ids=member_ids, assigned=assigned, holder=holder, assignment=assignment
     )
-    subscribed = sum(group.topics[topic] for topic in group.subscribed_topics())
-    max_lag = max((m["weighted_lag"] for m in members.values()), default=0.0)
-    bound = lower_bound(group)
-    return {
-        "members": members,
-        "total_lag": sum(lags),
-        "max_member_lag": max_lag,
-        "lower_bound": bound,
-        "imbalance": max_lag / bound if bound > 0 else 1.0,
-        "moves": moves,
-        "dropped": dropped,
-        "unassigned": subscribed - total_assigned,
-        "missing_topics": group.missing_topics(),
-    }
+    return _figures(group, members, total_lag=sum(lags), total_assigned=total_assigned, moved=moved)
 
 
 def _moves(

@@ -50,6 +50,7 @@ parts, exported for their tests.
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -316,16 +317,7 @@ def damp(
 
 def _once(after: Figures | Callable[[], Figures]) -> Callable[[], Figures]:
     """`after` as a call that computes the figures at most once."""
-    if isinstance(after, Figures):
-        return lambda: after
-    known: list[Figures] = []
-
-    def figures() -> Figures:
-        if not known:
-            known.append(after())
-        return known[0]
-
-    return figures
+    return (lambda: after) if isinstance(after, Figures) else functools.cache(after)
 
 
 def _held_on(state: TriggerState, before: Figures, after: Callable[[], Figures]) -> bool:
