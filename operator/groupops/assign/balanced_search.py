@@ -95,6 +95,7 @@ class _Search:
     by_lag: dict[int, IntArray] = field(init=False, default_factory=dict)
     partner_ok: BoolArray = field(init=False)
     shares_topic: BoolArray = field(init=False)
+    partners_of_class: BoolArray = field(init=False)
     spent: int = field(init=False)
     smallest: FloatArray = field(init=False)
 
@@ -108,6 +109,10 @@ class _Search:
         self.partner_ok = problem.class_of >= 0
         classes = problem.class_topics.astype(np.int64)
         self.shares_topic = (classes @ classes.T) > 0
+        # Row c: the members a member of subscription class c may exchange with (fixed all along).
+        self.partners_of_class = (
+            self.partner_ok[None, :] & self.shares_topic[:, np.maximum(problem.class_of, 0)]
+        )
         self.spent = problem.moves(self.owner)
         self.smallest = np.full(problem.member_count, np.inf)
         for member in np.flatnonzero(self.counts).tolist():
@@ -202,18 +207,14 @@ class _Search:
 
     def _partners(self, heaviest: int, by: FloatArray) -> list[int]:
         """The members lowest in `by` (then by index) sharing a topic with `heaviest`."""
-        problem = self.problem
-        eligible = (
-            self.partner_ok & self.shares_topic[problem.class_of[heaviest], np.maximum(problem.class_of, 0)]
-        )
+        eligible = self.partners_of_class[self.problem.class_of[heaviest]].copy()
         eligible[heaviest] = False
         candidates = np.flatnonzero(eligible)
-        if len(candidates) > _PARTNERS:
-            values = by[candidates]
-            cutoff = np.partition(values, _PARTNERS - 1)[_PARTNERS - 1]
-            candidates = candidates[values <= cutoff]
-        order = np.lexsort((candidates, by[candidates]))
-        return [int(i) for i in candidates[order][:_PARTNERS]]
+        # A stable sort of ascending indices breaks ties by index: a handful of members, so one
+        # sort costs less than narrowing them down first.
+        order = np.argsort(by[candidates], kind="stable")[:_PARTNERS]
+        partners: list[int] = candidates[order].tolist()
+        return partners
 
     def _refresh_smallest(self, member: int) -> None:
         held = self.parts[member]
@@ -271,12 +272,15 @@ class _Search:
             cost[back] += self._cost(theirs[y_all[back]], b, a)
             if self.budget is not None:
                 valid &= cost <= self.budget - self.spent
-        else:
-            cost = np.zeros(len(shift), dtype=np.int64)
         chosen = np.flatnonzero(valid)
         if len(chosen) == 0:
             return None
         result = np.maximum((load_a - shift[chosen]) / c_a, (load_b + shift[chosen]) / c_b)
+        if not self.mind_moves:
+            # Every cost is 0: the first lowest result, as the stable sort below would pick.
+            pick = int(np.argmin(result))
+            at = int(chosen[pick])
+            return _Exchange(float(result[pick]), 0, b, int(x_all[at]), int(y_all[at]))
         pick = int(np.lexsort((cost[chosen], result))[0])
         at = int(chosen[pick])
         return _Exchange(float(result[pick]), int(cost[at]), b, int(x_all[at]), int(y_all[at]))
