@@ -279,7 +279,8 @@ def machine_load() -> str:
 
 
 def prometheus_sum(text: str, metric: str) -> dict[str, float]:
-    """Sum of every sample of `metric` in an exposition, also per verb when it has that label."""
+    """Sum of every sample of `metric` in an exposition, also per verb (`PUT`) and per verb and
+    resource (`PUT leases`, `PATCH consumergrouppolicies/status`) when it has those labels."""
     sums: dict[str, float] = {"total": 0.0}
     pattern = re.compile(rf"^{re.escape(metric)}(\{{[^}}]*\}})?\s+(\S+)")
     for line in text.splitlines():
@@ -288,9 +289,15 @@ def prometheus_sum(text: str, metric: str) -> dict[str, float]:
             continue
         value = float(match.group(2))
         sums["total"] += value
-        verb = re.search(r'verb="([^"]+)"', match.group(1) or "")
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1) or ""))
+        verb = labels.get("verb")
         if verb:
-            sums[verb.group(1)] = sums.get(verb.group(1), 0.0) + value
+            sums[verb] = sums.get(verb, 0.0) + value
+            resource = labels.get("resource", "") + (
+                f"/{labels['subresource']}" if labels.get("subresource") else ""
+            )
+            key = f"{verb} {resource or '-'}"
+            sums[key] = sums.get(key, 0.0) + value
     return sums
 
 
@@ -470,9 +477,11 @@ class Run:
         skipped_after = operator_metric(self.metrics_port, SKIPPED)
         requests_after = apiserver_requests(self.kubectl)
         per_verb = {
-            verb: round((requests_after.get(verb, 0.0) - requests_before.get(verb, 0.0)) / elapsed, 1)
+            verb: round((requests_after.get(verb, 0.0) - requests_before.get(verb, 0.0)) / elapsed, 2)
             for verb in requests_after
         }
+        # Per verb and resource, only those requested in the window (most are never).
+        per_verb = {key: rate for key, rate in per_verb.items() if rate or " " not in key}
         return {
             "window_s": round(elapsed, 1),
             "cpu_s_per_min": round((cpu_after - cpu_before) * 60 / elapsed, 1),
