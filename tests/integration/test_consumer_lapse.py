@@ -16,7 +16,8 @@ The order that broke committed offsets in the churn test is made deterministic h
 5. only then A's callback returns.
 
 A may neither commit nor release what it held before the gap: it journals a self-fence, no
-commit and no release, and the group's committed offsets never move backwards. (Without the lapse
+commit and no release, the group's committed offsets never move backwards, and `owns()`, asked
+by the callback as it returns, says no. (Without the lapse
 fence A releases both partitions on the stale plan view and learns of the fence a few ms later,
 when that release's report conflicts on its Lease. Here the committer's foreign-commit check,
 first thing after the long callback, happens to adopt B's offset before that release commits; a
@@ -39,6 +40,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, Producer
 from confluent_kafka import TopicPartition as KafkaPartition
 from confluent_kafka.admin import AdminClient
 
+from groupops.consumer import owns
 from groupops.consumer.audit import load_journals
 from groupops.controller.heartbeats import HeartbeatBook, HeartbeatServer
 from groupops.kubeapi import KubeClient
@@ -68,13 +70,16 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def hold_until_released(message: Any) -> None:
     """The test processor (`GROUPOPS_PROCESSOR=tests.integration.test_consumer_lapse:hold_until_released`):
     in the process named by $GROUPOPS_TEST_HOLD_IDENTITY, the message `hold` writes `holding` in
-    $GROUPOPS_TEST_HOLD_DIR and returns only once `release` appears there; everything else goes through."""
+    $GROUPOPS_TEST_HOLD_DIR and returns only once `release` appears there, writing what `owns` said
+    then to `owns-after`; everything else goes through."""
     if message.value() != HOLD or os.environ.get("GROUPOPS_IDENTITY") != os.environ.get(HOLD_PATTERN):
         return
     directory = Path(os.environ[HOLD_DIR])
     (directory / "holding").touch()
     while not (directory / "release").exists():
         time.sleep(0.05)
+    # What a callback asks right before a side effect outside Kafka (docs/consumers.md).
+    (directory / "owns-after").write_text(str(owns(message.topic(), message.partition())))
 
 
 class StaleView:
@@ -343,3 +348,4 @@ def test_a_replica_woken_by_a_grant_after_its_validity_ran_out_commits_and_relea
     ]
     assert releases == [], f"A released partitions it held before the gap: {releases}"
     assert acted_since(g, a, released_at) == "fence", g.diagnostics()
+    assert (hold_dir / "owns-after").read_text() == "False", "owns() said yes to a partition that had moved"

@@ -4,7 +4,8 @@ The runtime stores a message's offset only if the replica still owned its partit
 Lease, when the callback returned; but a write the callback made to a database or an API before a
 freeze cannot be taken back. Two tools for such callbacks:
 
-- `owns(topic, partition)`: True while this replica owns the partition and its Lease is valid.
+- `owns(topic, partition)`: True while this replica owns the partition and its Lease is valid,
+  with no fence or lapse of validity since it last applied a plan (docs/design.md §7.6).
   Ask it right before an external side effect (a check, not a guarantee: a freeze may still come
   between the check and the write).
 - `fencing_token()`: the plan epoch this replica applied. A partition only moves to a replica at

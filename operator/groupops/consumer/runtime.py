@@ -131,9 +131,11 @@ class PlanRuntime(Replica):
             ownership.running(None)
 
     def owns_now(self, tp: TopicPartition) -> bool:
-        """For the callback (consumer.ownership.owns): owned, and the Lease valid right now."""
-        keeper = self._keeper
-        return tp in self._owned and keeper is not None and time.monotonic() < keeper.valid_until
+        """For the callback (consumer.ownership.owns): owned, the Lease valid right now, and no
+        fence or lapse of validity since the loop last applied a plan (a callback that outlasted
+        its validity may be running on a grant the loop has not judged yet: its partitions may
+        have moved meanwhile)."""
+        return tp in self._owned and self._keeper is not None and self._still_valid()
 
     def applied_epoch(self) -> int | None:
         return self._applied
