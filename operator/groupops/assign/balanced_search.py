@@ -238,52 +238,55 @@ class _Search:
         even = (load_a * c_b - load_b * c_a) / (c_a + c_b)  # the shift that evens a and b out
         mine, theirs = self.parts[a], self.parts[b]
         y_at = self._sorted_positions(b)
-        if problem.uniform:
-            x_at = np.arange(len(mine))
-        else:
+        x_at: IntArray | None = None  # None: every partition of a
+        if not problem.uniform:
             x_at = np.flatnonzero(problem.class_topics[problem.class_of[b], problem.topic_of[mine]])
             y_at = y_at[problem.class_topics[problem.class_of[a], problem.topic_of[theirs[y_at]]]]
-        if len(x_at) == 0:
+        x_ids = mine if x_at is None else mine[x_at]
+        n = len(x_ids)
+        if n == 0:
             return None
-        x_lag = problem.lag[mine[x_at]]
+        x_lag = problem.lag[x_ids]
+        # Candidates in blocks of n, one per x: a swap with each of the two y nearest to evening
+        # a and b out (positions in `y_at`), then the single move of x when counts allow it.
         shifts: list[FloatArray] = []
-        xs: list[IntArray] = []
-        ys: list[IntArray] = []
+        nears: list[IntArray | None] = []
         if len(y_at):
             y_lag = problem.lag[theirs[y_at]]
             slot = np.searchsorted(y_lag, x_lag - even)
             for near in (np.maximum(slot - 1, 0), np.minimum(slot, len(y_lag) - 1)):
                 shifts.append(x_lag - y_lag[near])
-                xs.append(x_at)
-                ys.append(y_at[near])
+                nears.append(near)
         if self.counts[a] == self.counts[b] + 1:
             shifts.append(x_lag)
-            xs.append(x_at)
-            ys.append(np.full(len(x_at), -1, dtype=np.int64))
+            nears.append(None)
         if not shifts:
             return None
-        shift = np.concatenate(shifts)
+        shift = np.concatenate(shifts) if len(shifts) > 1 else shifts[0]
         valid = (shift > 0) & (shift < room)
-        x_all = np.concatenate(xs)
-        y_all = np.concatenate(ys)
+        cost: IntArray | None = None
         if self.mind_moves:
-            cost = self._cost(mine[x_all], a, b)
-            back = y_all >= 0
-            cost[back] += self._cost(theirs[y_all[back]], b, a)
+            x_cost = self._cost(x_ids, a, b)
+            cost = np.concatenate(
+                [x_cost if near is None else x_cost + self._cost(theirs[y_at[near]], b, a) for near in nears]
+            )
             if self.budget is not None:
                 valid &= cost <= self.budget - self.spent
         chosen = np.flatnonzero(valid)
         if len(chosen) == 0:
             return None
         result = np.maximum((load_a - shift[chosen]) / c_a, (load_b + shift[chosen]) / c_b)
-        if not self.mind_moves:
-            # Every cost is 0: the first lowest result, as the stable sort below would pick.
-            pick = int(np.argmin(result))
-            at = int(chosen[pick])
-            return _Exchange(float(result[pick]), 0, b, int(x_all[at]), int(y_all[at]))
-        pick = int(np.lexsort((cost[chosen], result))[0])
-        at = int(chosen[pick])
-        return _Exchange(float(result[pick]), int(cost[at]), b, int(x_all[at]), int(y_all[at]))
+        # Without costs, the first lowest result: what the stable sort by (result, cost) picks.
+        pick = int(np.argmin(result)) if cost is None else int(np.lexsort((cost[chosen], result))[0])
+        block, position = divmod(int(chosen[pick]), n)
+        y_near = nears[block]
+        return _Exchange(
+            float(result[pick]),
+            0 if cost is None else int(cost[chosen[pick]]),
+            b,
+            position if x_at is None else int(x_at[position]),
+            -1 if y_near is None else int(y_at[y_near[position]]),
+        )
 
     def _cost(self, ids: IntArray, giver: int, taker: int) -> IntArray:
         """Moves added by handing `ids` from giver to taker: +1 leaving its previous owner, -1 back."""
