@@ -105,12 +105,15 @@ def test_a_renewal_before_the_expiry_keeps_the_run_in_its_queue(lanes: Lanes) ->
     release = hold(lanes)
     clock = LeaseClock()
     member = MemberId("orders-0")
-    clock.observe(member, "v1", time.monotonic(), lifetime=0.3)
 
     async def scenario(stopping: asyncio.Future[Any]) -> Ran[str] | None:
+        # Seen from inside the loop, seconds apart: `make test` runs this niced beside the e2e
+        # tests, where starting the loop and its timers may take a few hundred ms (a 0.3 s
+        # lifetime seen before `asyncio.run` ran out before the run was even queued, in CI).
+        clock.observe(member, "v1", time.monotonic(), lifetime=2.0)
         loop = asyncio.get_running_loop()
-        loop.call_later(0.1, lambda: clock.hear(member, time.monotonic()))  # expiry moves to 0.4 s
-        loop.call_later(0.35, release.set)  # the queue frees up before the new expiry
+        loop.call_later(0.2, lambda: clock.hear(member, time.monotonic()))  # expiry moves to 2.2 s
+        loop.call_later(1.0, release.set)  # the queue frees up before the new expiry
         return await lanes.run_routine(thread_name, wakeup=Wakeup(), clock=clock, stopping=stopping)
 
     ran = run_scenario(scenario)
