@@ -94,7 +94,6 @@ class _Search:
     parts: list[IntArray] = field(init=False)
     by_lag: dict[int, IntArray] = field(init=False, default_factory=dict)
     partner_ok: BoolArray = field(init=False)
-    shares_topic: BoolArray = field(init=False)
     partners_of_class: BoolArray = field(init=False)
     spent: int = field(init=False)
     smallest: FloatArray = field(init=False)
@@ -108,11 +107,9 @@ class _Search:
         self.parts = [by_owner[bounds[i] : bounds[i + 1]] for i in range(problem.member_count)]
         self.partner_ok = problem.class_of >= 0
         classes = problem.class_topics.astype(np.int64)
-        self.shares_topic = (classes @ classes.T) > 0
+        shares_topic = (classes @ classes.T) > 0
         # Row c: the members a member of subscription class c may exchange with (fixed all along).
-        self.partners_of_class = (
-            self.partner_ok[None, :] & self.shares_topic[:, np.maximum(problem.class_of, 0)]
-        )
+        self.partners_of_class = self.partner_ok[None, :] & shares_topic[:, np.maximum(problem.class_of, 0)]
         self.spent = problem.moves(self.owner)
         self.smallest = np.full(problem.member_count, np.inf)
         for member in np.flatnonzero(self.counts).tolist():
