@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import TopicPartition as KafkaPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -210,3 +211,54 @@ def scrape(port: int | str) -> dict[str, float]:
         for sample in family.samples
         if not sample.labels
     }
+
+
+class CommittedOffsets:
+    """Reads the group's committed offsets of `partitions` partitions every `every_s` in a thread
+    (tests/e2e/test_handoff_churn.py reads every partition of a topic that grows, through the Admin
+    API); `regressions` lists (partition, before, after) for every committed offset that went down
+    between two reads. A failed read (the coordinator is
+    moving) is only a missed sample.
+
+    It reads through a consumer of the group that never joins, assigns or commits (an OffsetFetch
+    of its own), not through the Admin API: `list_consumer_group_offsets` meeting the killed
+    coordinator's dropped connection aborts the test process (tests/integration/
+    test_consumer_coordinator_move.py, `coordinator_of`)."""
+
+    def __init__(self, bootstrap: str, group_id: str, topic: str, partitions: int, *, every_s: float) -> None:
+        self._reader = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": group_id, "enable.auto.commit": False}
+        )
+        self._partitions = [KafkaPartition(topic, p) for p in range(partitions)]
+        self.highest: dict[int, int] = {}
+        self.regressions: list[tuple[int, int, int]] = []
+        self.reads: list[float] = []
+        self.failed_reads = 0
+        self._every_s = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="committed-offsets", daemon=True)
+
+    def start(self) -> CommittedOffsets:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        self._reader.close()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every_s):
+            try:
+                answer = self._reader.committed(self._partitions, timeout=5)
+            except KafkaException:
+                self.failed_reads += 1
+                continue
+            self.reads.append(time.time())
+            for tp in answer:
+                if tp.error is not None or tp.offset < 0:
+                    continue
+                before = self.highest.get(tp.partition, -1)
+                if tp.offset < before:
+                    self.regressions.append((tp.partition, before, tp.offset))
+                self.highest[tp.partition] = max(before, tp.offset)

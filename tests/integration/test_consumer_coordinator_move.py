@@ -23,15 +23,13 @@ import os
 import re
 import signal
 import socket
-import threading
 import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException
-from confluent_kafka import TopicPartition as KafkaPartition
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 from prometheus_client.parser import text_string_to_metric_families
@@ -39,7 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from groupops.consumer.audit import load_journals
 from groupops.devstack import KafkaCluster, KafkaSettings
 from tests.e2e.plan_driver import engine_target
-from tests.e2e.runtime_support import SteadyProducer
+from tests.e2e.runtime_support import CommittedOffsets, SteadyProducer
 from tests.e2e.waiting import wait_for
 from tests.integration.test_consumer_runtime import STARTUP_S, Group, owned_in_plan
 
@@ -129,54 +127,6 @@ def all_brokers_up(admin: AdminClient) -> bool:
 # -- what the group's committed offsets did ---------------------------------------------------
 
 
-class CommittedOffsets:
-    """Reads the group's committed offsets every `SAMPLE_EVERY_S` in a thread (as
-    tests/e2e/test_handoff_churn.py does); `regressions` lists (partition, before, after) for
-    every committed offset that went down between two reads. A failed read (the coordinator is
-    moving) is only a missed sample.
-
-    It reads through a consumer of the group that never joins, assigns or commits (an OffsetFetch
-    of its own), not through the Admin API: `list_consumer_group_offsets` meeting the killed
-    coordinator's dropped connection aborts the test process (see `coordinator_of`)."""
-
-    def __init__(self, bootstrap: str, group_id: str, topic: str, partitions: int) -> None:
-        self._reader = Consumer(
-            {"bootstrap.servers": bootstrap, "group.id": group_id, "enable.auto.commit": False}
-        )
-        self._partitions = [KafkaPartition(topic, p) for p in range(partitions)]
-        self.highest: dict[int, int] = {}
-        self.regressions: list[tuple[int, int, int]] = []
-        self.reads: list[float] = []
-        self.failed_reads = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="committed-offsets", daemon=True)
-
-    def start(self) -> CommittedOffsets:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-        self._reader.close()
-
-    def _run(self) -> None:
-        while not self._stop.wait(SAMPLE_EVERY_S):
-            try:
-                answer = self._reader.committed(self._partitions, timeout=5)
-            except KafkaException:
-                self.failed_reads += 1
-                continue
-            self.reads.append(time.time())
-            for tp in answer:
-                if tp.error is not None or tp.offset < 0:
-                    continue
-                before = self.highest.get(tp.partition, -1)
-                if tp.offset < before:
-                    self.regressions.append((tp.partition, before, tp.offset))
-                self.highest[tp.partition] = max(before, tp.offset)
-
-
 # -- the replicas' own account ----------------------------------------------------------------
 
 
@@ -262,7 +212,7 @@ def test_a_release_during_a_coordinator_move_loses_nothing_and_never_moves_offse
     before = {identity: set(owned_in_plan(g, identity)) for identity in identities}
 
     producer = SteadyProducer(g.bootstrap, g.topic, g.partitions, total=3000, rate=100).start()
-    offsets = CommittedOffsets(g.bootstrap, g.group_id, g.topic, g.partitions).start()
+    offsets = CommittedOffsets(g.bootstrap, g.group_id, g.topic, g.partitions, every_s=SAMPLE_EVERY_S).start()
     wait_for("every partition committed", lambda: len(offsets.highest) == g.partitions, 30)
     time.sleep(3.0)  # a few commit intervals of progress to hand over
     admin = AdminClient({"bootstrap.servers": g.bootstrap})

@@ -36,9 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import ConsumerGroupTopicPartitions, Producer
-from confluent_kafka import TopicPartition as KafkaPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Producer
 
 from groupops.consumer import owns
 from groupops.consumer.audit import load_journals
@@ -55,7 +53,7 @@ from groupops.planner.plan_format import (
 )
 from groupops.planner.wire import lease_name, plan_configmap_name
 from tests.e2e.plan_driver import PlanDriver
-from tests.e2e.runtime_support import ProducedLog, produce
+from tests.e2e.runtime_support import CommittedOffsets, ProducedLog, produce
 from tests.e2e.waiting import wait_for
 from tests.integration.test_consumer_runtime import LEASE_SECONDS, STARTUP_S, Group
 
@@ -100,40 +98,6 @@ class StaleView:
 
     def thaw(self) -> None:
         self._frozen.clear()
-
-
-class CommittedWatch:
-    """Polls the group's committed offset of one partition in a thread; remembers every value."""
-
-    def __init__(self, bootstrap: str, group_id: str, topic: str, partition: int) -> None:
-        self._admin = AdminClient({"bootstrap.servers": bootstrap})
-        self._request = [ConsumerGroupTopicPartitions(group_id, [KafkaPartition(topic, partition)])]
-        self.seen: list[int] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="committed-watch", daemon=True)
-
-    def read(self) -> int:
-        result = self._admin.list_consumer_group_offsets(self._request)
-        (partitions,) = (future.result(timeout=10) for future in result.values())
-        return int(partitions.topic_partitions[0].offset)
-
-    def start(self) -> CommittedWatch:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            offset = self.read()
-            if not self.seen or self.seen[-1] != offset:
-                self.seen.append(offset)
-            self._stop.wait(0.05)
-
-    def backwards(self) -> list[tuple[int, int]]:
-        return [(a, b) for a, b in zip(self.seen, self.seen[1:], strict=False) if b < a]
 
 
 def publish(
@@ -267,15 +231,16 @@ def test_a_replica_woken_by_a_grant_after_its_validity_ran_out_commits_and_relea
     )
     log = ProducedLog()
     produce(g.bootstrap, g.topic, 60, g.partitions, log=log)
-    watch = CommittedWatch(g.bootstrap, g.group_id, g.topic, 0)
+    offsets = CommittedOffsets(g.bootstrap, g.group_id, g.topic, g.partitions, every_s=0.05).start()
     on_first = sum(1 for _, partition, _ in log.acked if partition == 0)
-    wait_for("A committing partition 0", lambda: watch.read() == on_first, 60, explain=g.diagnostics)
+    wait_for(
+        "A committing partition 0", lambda: offsets.highest.get(0) == on_first, 60, explain=g.diagnostics
+    )
 
     # 1. A's loop stops inside the callback of `hold`; 30 more messages wait behind it.
     produce_to(g.bootstrap, g.topic, 0, [HOLD], log)
     wait_for("A holding", (hold_dir / "holding").exists, 60, explain=g.diagnostics)
     produce_to(g.bootstrap, g.topic, 0, [b"after-%d" % i for i in range(30)], log)
-    watch.start()
     try:
         # 2. Cut off: no grant, no Lease write. The answerer's view of A stays from before the fence.
         op.view.freeze(g.namespace, lease_name(g.policy, a))
@@ -308,7 +273,7 @@ def test_a_replica_woken_by_a_grant_after_its_validity_ran_out_commits_and_relea
         after_b = on_first + 1 + 30
         wait_for(
             "B committing partition 0 past A's position",
-            lambda: watch.read() == after_b,
+            lambda: offsets.highest.get(0) == after_b,
             60,
             explain=g.diagnostics,
         )
@@ -335,11 +300,11 @@ def test_a_replica_woken_by_a_grant_after_its_validity_ran_out_commits_and_relea
         )
         time.sleep(3.0)  # A's commit interval (1 s) passes twice: a stale commit would have landed
     finally:
-        watch.stop()
+        offsets.stop()
         op.view.thaw()
 
-    assert watch.backwards() == [], f"committed offsets of partition 0 moved backwards: {watch.seen}"
-    assert watch.read() >= after_b
+    assert offsets.regressions == [], f"committed offsets moved backwards: {offsets.regressions}"
+    assert offsets.highest[0] >= after_b
     journals = load_journals(g.journal_dir)
     stale_commits = [(at, offset) for at, offset in journals.commits.get((a, g.topic, 0), []) if at >= cut_at]
     assert stale_commits == [], f"A committed partition 0 after its validity ran out: {stale_commits}"
