@@ -1,19 +1,24 @@
-"""`make test`: every test, in three lanes, so that the suite's idle waits overlap without a timed
-test ever sharing the machine with Spark (docs/design.md §11, "make test runs in three lanes").
+"""`make test`: every test, in three lanes run at once, so that the suite's idle waits overlap
+while the timed tests keep the CPU they need (docs/design.md §11, "make test runs in three lanes").
 
     timed    e2e and integration tests: they time real processes (failover bounds, Lease expiry,
              heartbeats, a lag source's deadline). Normal priority.
     shared   unit, chart, differential and image tests, and the e2e and integration modules marked
              `no_time_bound` (they wait for an outcome with a generous timeout and time nothing).
-             Niced (10) and run beside the timed lane, so the timed lane's processes come first.
+             Niced (10), so the timed lane's processes come first.
     spark    the pipeline tests (a local session, a standalone cluster, a Connect server): they use
-             both cores, so they run alone once the other two lanes are done.
+             both cores when they can, so they run at idle priority (SCHED_IDLE): whatever the other
+             two lanes leave, and never before a timed process that wants to run.
+
+Every process a lane starts stays in the lane's scheduling group (the devstack starts its servers in
+a process group of their own, not a session, which would be an autogroup of its own that niceness
+does not reach), so the priorities hold for the brokers, operators, replicas and JVMs too.
 
 As a pytest plugin (tests/conftest.py) this module adds `--lane=timed|shared|spark`, which keeps
 only that lane's tests; without it pytest runs every test in one process, as before. Run as
 `python -m tests.lanes [pytest arguments]`, it runs the three lanes (the arguments go to each),
-prints the timed and spark lanes as they go and the shared lane when the timed lane is done, keeps
-each lane's output in test-output/lanes/<lane>.log, and exits with the first failing lane's status.
+prints the timed lane as it goes and the others' output when the timed lane is done, keeps each
+lane's output in test-output/lanes/<lane>.log, and exits with the first failing lane's status.
 """
 
 from __future__ import annotations
@@ -109,6 +114,8 @@ def start_lane(lane: Lane, pytest_args: list[str], log: Path, *, live: bool) -> 
     command = [sys.executable, "-m", "pytest", f"--lane={lane}", *pytest_args]
     if lane == "shared":
         command = ["nice", "-n", str(SHARED_NICENESS), *command]
+    elif lane == "spark":
+        command = ["chrt", "--idle", "0", *command]
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as sink:
         process = subprocess.Popen(
@@ -131,16 +138,19 @@ def _relay(process: subprocess.Popen[bytes], log: Path) -> None:
 
 def main(argv: list[str]) -> int:
     logs = Path("test-output") / "lanes"
-    print(f"== the timed lane, with the shared lane niced beside it (logs in {logs}/)", flush=True)
+    print(
+        f"== the timed lane, with the shared lane (niced {SHARED_NICENESS}) and the spark lane "
+        f"(idle priority) beside it (logs in {logs}/)",
+        flush=True,
+    )
     shared = start_lane("shared", argv, logs / "shared.log", live=False)
+    spark = start_lane("spark", argv, logs / "spark.log", live=False)
     timed = start_lane("timed", argv, logs / "timed.log", live=True)
     codes = {timed.lane: timed.finish()}
-    print(f"\n== the shared lane (ran beside the timed lane, niced {SHARED_NICENESS})", flush=True)
-    codes[shared.lane] = shared.finish()
-    sys.stdout.buffer.write(shared.log.read_bytes())
-    print("\n== the spark lane, alone", flush=True)
-    spark = start_lane("spark", argv, logs / "spark.log", live=True)
-    codes[spark.lane] = spark.finish()
+    for run, how in ((shared, f"niced {SHARED_NICENESS}"), (spark, "idle priority")):
+        print(f"\n== the {run.lane} lane (ran beside the timed lane, {how})", flush=True)
+        codes[run.lane] = run.finish()
+        sys.stdout.buffer.write(run.log.read_bytes())
     print("\n== lanes", flush=True)
     for run in (timed, shared, spark):
         outcome = "passed" if codes[run.lane] == 0 else f"FAILED (exit {codes[run.lane]})"

@@ -137,9 +137,7 @@ class ImageConsumer(ConsumerProcess):
         with self.log_path.open("ab") as log:
             log.write(f"\n==== start {self.starts} in {self.container.image}\n".encode())
             log.flush()
-            self.process = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
+            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, process_group=0)
 
 
 @pytest.fixture(scope="session")

@@ -270,7 +270,7 @@ def test_a_compaction_sigkilled_while_writing_loses_nothing(
     process = subprocess.Popen(
         [sys.executable, "-c", command, *arguments],
         env=child_environment(),
-        start_new_session=True,
+        process_group=0,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -1,10 +1,14 @@
 """One server process of the local stack: started with its output in a log file, polled until
 ready, stopped with SIGTERM then SIGKILL, measured (RSS) while it runs.
 
-Processes are started in their own session so that a Ctrl-C in the terminal reaches the caller
-(which then stops them in order) and never the servers directly, and so that `dev-up` can leave
-them running after its Python process exits. `stop_pids` stops such detached processes later,
-after checking (through /proc) that the pid still runs the command we started, not a reused pid.
+Processes are started in a process group of their own so that a Ctrl-C in the terminal reaches
+the caller (which then stops them in order) and never the servers directly, so that `dev-up` can
+leave them running after its Python process exits, and so that one signal stops a server with
+whatever it started. A group, not a session: with the kernel's autogroups a new session is a
+scheduling group of its own, at full weight whatever the caller's niceness, and `make test`'s
+lanes rely on their servers running at the lane's priority (docs/design.md §11). `stop_pids`
+stops such detached processes later, after checking (through /proc) that the pid still runs the
+command we started, not a reused pid.
 """
 
 from __future__ import annotations
@@ -124,7 +128,7 @@ def _wait_gone(pid: int, timeout_s: float) -> bool:
 
 def signal_group(group: int, signum: signal.Signals) -> None:
     """Send `signum` to process group `group`, if it still exists and is ours to signal (what a
-    server started in its own session leaves behind: its Python workers, its executors)."""
+    server started in its own process group leaves behind: its Python workers, its executors)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(group, signum)
 
@@ -203,7 +207,7 @@ class ManagedProcess:
                 stderr=subprocess.STDOUT,
                 env=self._env,
                 cwd=self._cwd,
-                start_new_session=True,
+                process_group=0,
             )
         self.started_at = time.monotonic()
 

@@ -279,7 +279,7 @@ class SparkCluster:
         for daemon in daemons:
             assert daemon.process is not None
             with contextlib.suppress(RuntimeError):
-                groups.append(daemon.process.pid)  # start_new_session: the pid is the group id
+                groups.append(daemon.process.pid)  # process_group=0: the pid is the group id
             signal_group(daemon.process.pid, signal.SIGTERM)
         for daemon in daemons:
             assert daemon.process is not None

@@ -178,7 +178,7 @@ class SparkConnectServer:
             return
         group = None
         with contextlib.suppress(RuntimeError):
-            group = self.process.pid  # start_new_session: the pid is the group id
+            group = self.process.pid  # process_group=0: the pid is the group id
         if group is not None:
             signal_group(group, signal.SIGTERM)
         self.process.stop(timeout_s)

@@ -1,5 +1,6 @@
 """`make test`'s lanes (tests/lanes.py): each test in exactly one lane, chosen by its directory and
-its `no_time_bound` mark, and the runner's exit status is a failing lane's."""
+its `no_time_bound` mark; the runner runs the shared lane niced and the spark lane at idle
+priority, and its exit status is a failing lane's."""
 
 from __future__ import annotations
 
@@ -19,8 +20,11 @@ TREE = {
         "import pytest\n\npytestmark = pytest.mark.no_time_bound\n\ndef test_eventually():\n    pass\n"
     ),
     "tests/integration/test_lease_expiry.py": "def test_expires():\n    pass\n",
-    "tests/unit/test_pure.py": "def test_pure():\n    pass\n",
-    "tests/pipeline/test_jobs.py": "def test_job():\n    assert {outcome}\n",
+    "tests/unit/test_pure.py": "import os\n\ndef test_pure():\n    assert os.nice(0) >= 10\n",
+    "tests/pipeline/test_jobs.py": (
+        "import os\n\ndef test_job():\n"
+        "    assert os.sched_getscheduler(0) == os.SCHED_IDLE\n    assert {outcome}\n"
+    ),
 }
 EXPECTED = {
     "timed": {"test_failover_bound.py::test_within_the_lease", "test_lease_expiry.py::test_expires"},
