@@ -27,4 +27,6 @@ image-base: image-prereqs
 image: image-base
 	@tools/image/build.sh $(GROUPOPS_IMAGE) $(IMAGE_BASE)
 
-TEST_DEPS += image
+# The image itself is built by the image tests' fixture (tests/image/conftest.py runs `make image`)
+# in the shared lane, beside the timed one: `make test` does not wait for the source layers.
+TEST_DEPS += image-base

@@ -5,8 +5,10 @@ consume` run in it as a consumer pod's container would be.
 Session fixture:
     groupops_image   an ImageContainer: a working container from the built image, removed at the end
 
-Skipped only when buildah cannot run on this machine (not installed, or it cannot start a process
-with chroot isolation); an image that was not built fails, naming `make image`.
+The fixture builds the image first (`make image`, which does nothing when it is up to date), so
+`make test` need not wait for the build before its lanes start (mk/image.mk). Skipped only when
+buildah cannot run on this machine (not installed, or it cannot start a process with chroot
+isolation); a build that fails fails the tests, with its output's tail.
 """
 
 from __future__ import annotations
@@ -28,6 +30,11 @@ from groupops.devstack.paths import cache_dir
 from tests.e2e.runtime_support import ConsumerProcess
 
 __all__ = ["ImageConsumer", "ImageContainer", "Volume"]
+
+PROJECT = Path(__file__).resolve().parents[2]
+BUILD_TIMEOUT_S = 1800.0
+"""A cold build (the base and every dependency) took about 2 minutes alone; niced beside the other
+lanes it takes longer."""
 
 
 class Volume(NamedTuple):
@@ -137,7 +144,23 @@ class ImageConsumer(ConsumerProcess):
         with self.log_path.open("ab") as log:
             log.write(f"\n==== start {self.starts} in {self.container.image}\n".encode())
             log.flush()
-            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, process_group=0)
+            self.process = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+
+def build_image() -> None:
+    """`make image` in the project: the image these tests run, from the tree they test."""
+    built = subprocess.run(
+        ["make", "--no-print-directory", "-C", str(PROJECT), "image"],
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT_S,
+        check=False,
+    )
+    if built.returncode != 0:
+        output = (built.stdout + built.stderr).strip()[-3000:]
+        pytest.fail(f"`make image` failed (exit {built.returncode}):\n{output}")
 
 
 @pytest.fixture(scope="session")
@@ -148,9 +171,10 @@ def groupops_image() -> Iterator[ImageContainer]:
     info = _buildah("info")
     if info.returncode != 0:
         pytest.skip(f"buildah cannot run on this machine: {info.stderr.strip()[-500:]}")
+    build_image()
     inspected = _buildah("inspect", "--type", "image", image)
     if inspected.returncode != 0:
-        pytest.fail(f"the image {image} is not built: run `make image` ({inspected.stderr.strip()})")
+        pytest.fail(f"`make image` did not leave {image}: {inspected.stderr.strip()}")
     config = json.loads(inspected.stdout)["OCIv1"]["config"]
     name = f"groupops-image-test-{uuid.uuid4().hex[:8]}"
     created = _buildah("from", "--quiet", "--pull=never", "--name", name, image, timeout=600)

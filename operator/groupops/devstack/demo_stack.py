@@ -2,10 +2,9 @@
 that already runs), kubectl from the project's build, the operator as a subprocess, and Kafka
 helpers (topics, a skewed backlog, a steady writer).
 
-Every process started here runs in a process group of its own (devstack/process.py says why not a
-session), so that a Ctrl-C in the terminal reaches the demo alone, which then stops them in order
-(operator, replicas, Kafka, API server): the caller owns each of these objects in a `with` or
-`try/finally`.
+Every process started here runs in a session of its own, so that a Ctrl-C in the terminal reaches
+the demo alone, which then stops them in order (operator, replicas, Kafka, API server): the
+caller owns each of these objects in a `with` or `try/finally`.
 """
 
 from __future__ import annotations
@@ -268,7 +267,7 @@ class OperatorRun:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                process_group=0,
+                start_new_session=True,
             )
 
     @property

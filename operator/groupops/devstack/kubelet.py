@@ -18,9 +18,8 @@ it can no longer renew its Lease; Kafka stays reachable). Every fault is recorde
 identity and time for the journal audit.
 
 Who uses it: the e2e tests (tests/e2e/consumer_e2e.py), the failover benchmark and the demo
-(devstack/demo.py). Every process it starts runs in a process group of its own (a Ctrl-C in
-the terminal reaches the caller, which stops them with `stop()`, never the replicas directly; a
-group, not a session, for the reason in devstack/process.py).
+(devstack/demo.py). Every process it starts runs in a session of its own (a Ctrl-C in the
+terminal reaches the caller, which stops them with `stop()`, never the replicas directly).
 """
 
 from __future__ import annotations
@@ -95,7 +94,7 @@ class ConsumerProcess:
                 env={**os.environ, **self.env},
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                process_group=0,
+                start_new_session=True,
             )
 
     def alive(self) -> bool:

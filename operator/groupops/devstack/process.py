@@ -1,12 +1,13 @@
 """One server process of the local stack: started with its output in a log file, polled until
 ready, stopped with SIGTERM then SIGKILL, measured (RSS) while it runs.
 
-Processes are started in a process group of their own so that a Ctrl-C in the terminal reaches
-the caller (which then stops them in order) and never the servers directly, so that `dev-up` can
-leave them running after its Python process exits, and so that one signal stops a server with
-whatever it started. A group, not a session: with the kernel's autogroups a new session is a
-scheduling group of its own, at full weight whatever the caller's niceness, and `make test`'s
-lanes rely on their servers running at the lane's priority (docs/design.md §11). `stop_pids`
+Processes are started in a session of their own so that a Ctrl-C in the terminal reaches the
+caller (which then stops them in order) and never the servers directly, and so that `dev-up` can
+leave them running after its Python process exits. With the kernel's autogroups a session is also a
+scheduling group of its own, at full weight whatever the caller's niceness: the stack's servers
+stand for other machines, and keep their pace beside a niced test lane. Spark's daemons are the
+exception (`own_session=False`): a process group of their own inside the caller's session, so
+that the spark lane's idle priority reaches them (docs/design.md §11). `stop_pids`
 stops such detached processes later, after checking (through /proc) that the pid still runs the
 command we started, not a reused pid.
 """
@@ -128,7 +129,7 @@ def _wait_gone(pid: int, timeout_s: float) -> bool:
 
 def signal_group(group: int, signum: signal.Signals) -> None:
     """Send `signum` to process group `group`, if it still exists and is ours to signal (what a
-    server started in its own process group leaves behind: its Python workers, its executors)."""
+    server started in its own session or group leaves behind: its Python workers, its executors)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(group, signum)
 
@@ -181,8 +182,10 @@ class ManagedProcess:
         log_path: Path,
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
+        own_session: bool = True,
     ) -> None:
         self.name = name
+        self.own_session = own_session
         self.argv = list(argv)
         self.log_path = log_path
         self._env = dict(os.environ if env is None else env)
@@ -207,7 +210,8 @@ class ManagedProcess:
                 stderr=subprocess.STDOUT,
                 env=self._env,
                 cwd=self._cwd,
-                process_group=0,
+                start_new_session=self.own_session,
+                process_group=None if self.own_session else 0,
             )
         self.started_at = time.monotonic()
 

@@ -213,6 +213,7 @@ class SparkCluster:
                 log_path=master.directory / "daemon.log",
                 env=self._environment(master.directory),
                 cwd=master.directory,
+                own_session=False,  # at the caller's priority (devstack/process.py)
             )
             master.process.start()
             deadline = time.monotonic() + self.settings.ready_timeout_s
@@ -242,6 +243,7 @@ class SparkCluster:
                     log_path=worker.directory / "daemon.log",
                     env=self._environment(worker.directory),
                     cwd=worker.directory,
+                    own_session=False,
                 )
                 worker.process.start()
             for worker in self.workers:
@@ -279,7 +281,7 @@ class SparkCluster:
         for daemon in daemons:
             assert daemon.process is not None
             with contextlib.suppress(RuntimeError):
-                groups.append(daemon.process.pid)  # process_group=0: the pid is the group id
+                groups.append(daemon.process.pid)  # a group of its own: the pid is the group id
             signal_group(daemon.process.pid, signal.SIGTERM)
         for daemon in daemons:
             assert daemon.process is not None

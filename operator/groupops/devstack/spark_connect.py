@@ -159,7 +159,12 @@ class SparkConnectServer:
             argv += ["--conf", f"{key}={value}"]
         argv += ["--name", "groupops-connect", "spark-internal"]
         self.process = ManagedProcess(
-            "spark connect server", argv, log_path=self.log_path, env=self._environment(), cwd=self.workdir
+            "spark connect server",
+            argv,
+            log_path=self.log_path,
+            env=self._environment(),
+            cwd=self.workdir,
+            own_session=False,  # at the caller's priority (devstack/process.py)
         )
         try:
             self.process.start()
@@ -178,7 +183,7 @@ class SparkConnectServer:
             return
         group = None
         with contextlib.suppress(RuntimeError):
-            group = self.process.pid  # process_group=0: the pid is the group id
+            group = self.process.pid  # a group of its own: the pid is the group id
         if group is not None:
             signal_group(group, signal.SIGTERM)
         self.process.stop(timeout_s)

@@ -1,6 +1,8 @@
-"""A server the devstack starts runs in a process group of its own inside the caller's session
-(devstack/process.py): one signal to the group stops it with what it started, and it stays in the
-caller's scheduling group, so `make test`'s lane priorities reach it (docs/design.md §11)."""
+"""How the devstack starts a server (devstack/process.py): by default in a session of its own (a
+scheduling group of its own under autogroups, at full weight beside a niced test lane); Spark's
+daemons with `own_session=False`, in a process group of their own inside the caller's session, so
+that the spark lane's idle priority reaches them (docs/design.md §11). Either way one signal to
+the group stops the server with what it started."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import signal
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from groupops.devstack.process import ManagedProcess, signal_group
 
@@ -19,6 +23,7 @@ child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
 open(sys.argv[1], "w").write(str(child.pid))
 child.wait()
 """
+AUTOGROUP = Path("/proc/self/autogroup")
 
 
 def gone(pid: int, timeout_s: float = 10.0) -> bool:
@@ -34,12 +39,20 @@ def gone(pid: int, timeout_s: float = 10.0) -> bool:
     return False
 
 
-def test_a_server_has_its_own_group_in_the_callers_session_and_dies_with_what_it_started(
-    tmp_path: Path,
+def autogroup_of(pid: int) -> str:
+    return Path(f"/proc/{pid}/autogroup").read_text().split()[0]
+
+
+@pytest.mark.parametrize("own_session", [True, False], ids=["own-session", "callers-session"])
+def test_a_server_leads_its_group_in_the_session_asked_for_and_dies_with_what_it_started(
+    tmp_path: Path, own_session: bool
 ) -> None:
     pid_file = tmp_path / "child.pid"
     server = ManagedProcess(
-        "server", [sys.executable, "-c", SERVER, str(pid_file)], log_path=tmp_path / "log"
+        "server",
+        [sys.executable, "-c", SERVER, str(pid_file)],
+        log_path=tmp_path / "log",
+        own_session=own_session,
     )
     server.start()
     try:
@@ -47,12 +60,10 @@ def test_a_server_has_its_own_group_in_the_callers_session_and_dies_with_what_it
         child = int(pid_file.read_text())
         assert os.getpgid(server.pid) == server.pid, "the server leads a process group of its own"
         assert os.getpgid(child) == server.pid, "what it starts is in its group"
-        assert os.getsid(server.pid) == os.getsid(0), "a new session would be an autogroup of its own"
-        autogroup = Path("/proc/self/autogroup")
-        if autogroup.exists():  # kernels with CONFIG_SCHED_AUTOGROUP
-            theirs = Path(f"/proc/{server.pid}/autogroup").read_text().split()[0]
-            assert theirs == autogroup.read_text().split()[0]
-        assert os.getpriority(os.PRIO_PROCESS, server.pid) == os.getpriority(os.PRIO_PROCESS, 0)
+        assert (os.getsid(server.pid) == server.pid) is own_session
+        assert (os.getsid(server.pid) == os.getsid(0)) is not own_session
+        if AUTOGROUP.exists():  # kernels with CONFIG_SCHED_AUTOGROUP
+            assert (autogroup_of(server.pid) == autogroup_of(os.getpid())) is not own_session
 
         signal_group(server.pid, signal.SIGKILL)
         assert gone(child), "the server's child outlived the signal to the group"
