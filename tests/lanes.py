@@ -10,9 +10,11 @@ while the timed tests keep the CPU they need (docs/design.md §11, "make test ru
              both cores when they can, so they run at idle priority (SCHED_IDLE): whatever the other
              two lanes leave, and never before a timed process that wants to run.
 
-Every process a lane starts stays in the lane's scheduling group (the devstack starts its servers in
-a process group of their own, not a session, which would be an autogroup of its own that niceness
-does not reach), so the priorities hold for the brokers, operators, replicas and JVMs too.
+A priority reaches only the processes that stay in the lane's session: with the kernel's
+autogroups a new session is a scheduling group of its own, at full weight. Spark's daemons stay in
+the spark lane's session (`ManagedProcess(own_session=False)`), so the whole Spark lane is idle; the
+stack's servers and the replicas keep sessions of their own and their full weight in any lane (a
+niced API server cost the shared lane's operator its election).
 
 As a pytest plugin (tests/conftest.py) this module adds `--lane=timed|shared|spark`, which keeps
 only that lane's tests; without it pytest runs every test in one process, as before. Run as
