@@ -1,5 +1,5 @@
 """`make test`: every test, in three lanes run at once, so that the suite's idle waits overlap
-while the timed tests keep the CPU they need (docs/design.md §11, "make test runs in three lanes").
+while the timed tests keep the CPU they need (docs/design.md §11, "make test runs three lanes at once").
 
     timed    e2e and integration tests: they time real processes (failover bounds, Lease expiry,
              heartbeats, a lag source's deadline). Normal priority.
