@@ -156,6 +156,7 @@ from groupops.planner.liveness import (  # noqa: E402
     HeartbeatStatus,
     decode_answer,
     encode_heartbeat,
+    fallback_write_at,
     fallback_write_may_wait,
 )
 from groupops.planner.plan_format import (  # noqa: E402
@@ -378,6 +379,12 @@ class Replica:
     """Wall time of its last granted heartbeat."""
     pod_uid: str | None = None
     """Mode heartbeat-kubelet: its pod's UID, named in its incarnation."""
+    phase: float = 0.0
+    """Its moment within a spread (`LeaseKeeper._phase`), drawn once."""
+    spread: float = 0.0
+    """The spread of its last grant."""
+    fallback_needed_since: float | None = None
+    last_fallback_write: float | None = None
 
 
 _TICK, _DEADLINE, _RETRY = 0, 1, 2
@@ -427,6 +434,7 @@ class Fleet:
                         record=LeaseRecord(
                             state=LeaseState.STARTING, incarnation=incarnation, heartbeats=self.heartbeats
                         ),
+                        phase=random.random(),
                     )
                 )
         self.by_lease = {r.lease: r for r in self.replicas}
@@ -799,6 +807,8 @@ class Fleet:
             self._preferred = target
             r.last_granted = time.time()
             r.valid_until = max(r.valid_until, sent + min(answer.valid, TIMING.lease.renew_deadline_s))
+            r.spread = answer.spread
+            r.fallback_needed_since = r.last_fallback_write = None
             # `LeaseKeeper._run`: only a grant earns the steady heartbeat interval.
             self._finish(r, at, next_at=at + TIMING.lease.beat_interval_s)
             return None
@@ -840,6 +850,20 @@ class Fleet:
             self.counts["fallback_writes_waited"] += 1
             self._finish(r, now)
             return None
+        # `LeaseKeeper._until_fallback_slot`: the write waits for this replica's moment of the spread.
+        if r.fallback_needed_since is None:
+            r.fallback_needed_since = now
+        slot = fallback_write_at(
+            needed_since=r.fallback_needed_since,
+            last_write=r.last_fallback_write,
+            spread_s=r.spread,
+            phase=r.phase,
+        )
+        if slot > now:
+            self.counts["fallback_writes_spread"] += 1
+            self._finish(r, now, next_at=min(now + TIMING.lease.renew_interval_s, slot))
+            return None
+        r.last_fallback_write = now
         return lambda: self._submit(r)
 
     def _leader_target(self, address: str | None) -> int | None:
@@ -2033,12 +2057,14 @@ TIMELINE_COUNTS = (
     "heartbeats_refused",
     "lease_put_ok",
     "fallback_writes_waited",
+    "fallback_writes_spread",
     "fenced",
 )
 """What a takeover's once-a-second timeline counts (`_after_kill`)."""
 TAKEOVER_COUNTS = (
     "lease_put",
     "fallback_writes_waited",
+    "fallback_writes_spread",
     "heartbeats_unanswered",
     "heartbeats_not_leader",
     "heartbeats_refused",

@@ -118,6 +118,11 @@ def test_a_misspelled_value_fails_naming_it(chart: Chart, values: dict[str, Any]
         pytest.param(
             {"heartbeats": {"intervalSeconds": 0}}, "/heartbeats/intervalSeconds", id="interval-minimum"
         ),
+        pytest.param(
+            {"heartbeats": {"fallbackWritesPerSecond": -5}},
+            "/heartbeats/fallbackWritesPerSecond",
+            id="fallback-budget-minimum",
+        ),
         pytest.param({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy", id="pull-policy-enum"),
         pytest.param({"watchNamespaces": ["Team_A"]}, "/watchNamespaces/0", id="namespace-pattern"),
         pytest.param(

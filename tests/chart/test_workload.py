@@ -193,6 +193,17 @@ def test_a_heartbeat_interval_reaches_the_operator_only_when_set(chart: Chart) -
     ]
 
 
+def test_the_fallback_write_budget_reaches_the_operator_with_heartbeats(chart: Chart) -> None:
+    def args(values: dict[str, Any]) -> list[str]:
+        return list(pod_of(chart.render(values))["containers"][0]["args"])
+
+    assert "--fallback-writes-per-second=200" in args({})
+    assert "--fallback-writes-per-second=0" in args({"heartbeats": {"fallbackWritesPerSecond": 0}})
+    assert not [
+        a for a in args({"heartbeats": {"enabled": False}}) if a.startswith("--fallback-writes-per-second")
+    ]
+
+
 def test_the_status_figures_interval_reaches_the_operator(chart: Chart) -> None:
     def args(values: dict[str, Any]) -> list[str]:
         return list(pod_of(chart.render(values))["containers"][0]["args"])

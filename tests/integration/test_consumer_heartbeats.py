@@ -5,6 +5,9 @@ Lease watch cache (`[process]`, controller/heartbeat_process.py):
 
 - at steady state the replica stays valid on heartbeats alone: its Lease is not written;
 - with no operator answering it falls back to renewing the Lease and stays valid;
+- with a fleet larger than the operator's write budget (here a budget of half a write a second
+  for a fleet of one), its grants name a spread and the fallback writes come a spread apart,
+  the replica pausing in between;
 - the operator's fence refuses the next heartbeat; the replica re-reads the Lease and raises
   its floor, and a granted heartbeat needs its acknowledgement of the fence first;
 - a second process of the same identity does not take a Lease in heartbeat mode from a silent
@@ -51,7 +54,7 @@ class Operator:
     """The operator's side: a UDP server and its book, over the live API (`thread`) or, in a
     process of its own, over a mirror of a Lease watch cache (`process`)."""
 
-    def __init__(self, client: KubeClient, namespace: str, where: str) -> None:
+    def __init__(self, client: KubeClient, namespace: str, where: str, *, budget: float = 0.0) -> None:
         self.client = client
         self.namespace = namespace
         self.clock = LeaseClock()
@@ -62,6 +65,7 @@ class Operator:
                 leases=lambda ns, name: client.get("coordination.k8s.io/v1", "Lease", ns, name),
                 leading=lambda: True,
                 leader_address=lambda: None,
+                fallback_writes_per_second=budget,
             )
             server = HeartbeatServer(book, "127.0.0.1", 0)
             server.start()
@@ -78,7 +82,7 @@ class Operator:
             leases.start()
             self._stops.append(leases.stop)
             assert leases.wait_synced(10)
-            answerer = HeartbeatProcess("127.0.0.1", 0)
+            answerer = HeartbeatProcess("127.0.0.1", 0, fallback_writes_per_second=budget)
             self._stops.insert(0, answerer.stop)
             answerer.mirror_leases(leases.listen_from_here)
             answerer.start_leadership(lambda: float("inf"), lambda: None)
@@ -146,6 +150,7 @@ def keeper(
     incarnation: str,
     *,
     progress: Callable[[], Mapping[str, float]] | None = None,
+    phase: float | None = None,
 ) -> LeaseKeeper:
     settings = LeaseSettings(
         duration_s=DURATION_S,
@@ -163,6 +168,7 @@ def keeper(
         identity="worker-0",
         incarnation=incarnation,
         progress=progress,
+        phase=phase,
     )
 
 
@@ -170,6 +176,17 @@ def keeper(
 def operator(client: KubeClient, namespace: str, request: pytest.FixtureRequest) -> Iterator[Operator]:
     create_lease(client, namespace)
     operator = Operator(client, namespace, request.param)
+    yield operator
+    operator.stop()
+
+
+@pytest.fixture(params=["thread", "process"])
+def budgeted_operator(
+    client: KubeClient, namespace: str, request: pytest.FixtureRequest
+) -> Iterator[Operator]:
+    """An operator whose write budget, half a write a second, is below its fleet of one."""
+    create_lease(client, namespace)
+    operator = Operator(client, namespace, request.param, budget=0.5)
     yield operator
     operator.stop()
 
@@ -209,6 +226,33 @@ def test_a_replica_stays_valid_on_heartbeats_without_writing_its_lease(
         assert replica.fallback_writes_waited >= waited + 2, "the writes its validity covered waited"
         assert replica.renewals - writes < 6, "fewer writes than unanswered exchanges"
         assert version(operator) != before
+    finally:
+        replica.stop()
+
+
+def test_beyond_the_write_budget_the_fallback_writes_come_a_spread_apart_and_the_replica_pauses(
+    kube_config: str, namespace: str, budgeted_operator: Operator
+) -> None:
+    # Grants name a spread of 2 s (a fleet of one over half a write a second). Without it, this
+    # replica's writes would come about every 0.9 s once no operator answers (above); with it,
+    # half a spread after the first was needed (phase 0.5), then 2 s apart, and its 1.5 s of
+    # validity per write leaves it paused in between.
+    operator = budgeted_operator
+    replica = keeper(kube_config, namespace, (operator.address,), "first", phase=0.5)
+    assert replica.acquire(threading.Event())
+    replica.start()
+    try:
+        wait_for("a granted heartbeat", lambda: replica.heartbeats_granted > 2, 10, interval=0.05)
+        operator.stop()
+        writes, spread_waits = replica.renewals, replica.fallback_writes_spread
+        paused = False
+        end = time.monotonic() + 4.5
+        while time.monotonic() < end:
+            paused = paused or not replica.valid()
+            time.sleep(0.05)
+        assert 1 <= replica.renewals - writes <= 3, replica.renewals - writes
+        assert replica.fallback_writes_spread >= spread_waits + 2
+        assert paused, "between two writes a spread apart its validity ran out"
     finally:
         replica.stop()
 

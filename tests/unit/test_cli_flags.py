@@ -409,3 +409,12 @@ def test_the_operator_refuses_a_heartbeat_interval_its_leases_cannot_carry(
     result = CliRunner().invoke(app, ["operator", "--host", "127.0.0.1", *flags])
     assert result.exit_code == 2, result.output
     assert named in result.output and "--heartbeat-interval" in result.output
+
+
+def test_the_operator_refuses_a_negative_fallback_write_budget() -> None:
+    result = CliRunner().invoke(
+        app,
+        ["operator", "--host", "127.0.0.1", "--heartbeat-port", "7946", "--fallback-writes-per-second", "-1"],
+    )
+    assert result.exit_code == 2, result.output
+    assert "--fallback-writes-per-second" in result.output

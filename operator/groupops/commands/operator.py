@@ -13,6 +13,7 @@ from groupops.commands import options
 from groupops.commands.errors import RUNTIME_FAILURE, fail
 from groupops.controller.guard import GuardAllowlist
 from groupops.controller.settings import (
+    DEFAULT_FALLBACK_WRITES_PER_SECOND,
     ConsumerSettings,
     ElectionSettings,
     HeartbeatSettings,
@@ -126,6 +127,15 @@ def operator_command(
             min=0.0,
         ),
     ] = None,
+    fallback_writes_per_second: Annotated[
+        float,
+        typer.Option(
+            help="Lease writes a second the consumers may send together while no operator answers "
+            "their heartbeats (a leader takeover, an outage). A larger fleet spreads its writes over "
+            "fleet / this seconds and its replicas pause between (docs/operations.md); 0: no limit.",
+            min=0.0,
+        ),
+    ] = DEFAULT_FALLBACK_WRITES_PER_SECOND,
     heartbeat_process: Annotated[
         bool,
         typer.Option(
@@ -206,6 +216,7 @@ def operator_command(
         addresses=heartbeat_address or [],
         host=host,
         own_process=heartbeat_process,
+        fallback_writes_per_second=fallback_writes_per_second,
     )
     try:
         guard = GuardAllowlist(
@@ -267,7 +278,13 @@ def _consumer_settings(
 
 
 def _heartbeats(
-    *, port: int, advertise: str | None, addresses: list[str], host: str, own_process: bool = True
+    *,
+    port: int,
+    advertise: str | None,
+    addresses: list[str],
+    host: str,
+    own_process: bool = True,
+    fallback_writes_per_second: float = DEFAULT_FALLBACK_WRITES_PER_SECOND,
 ) -> tuple[HeartbeatSettings | None, tuple[str, ...]]:
     if port == 0:
         if advertise or addresses:
@@ -278,7 +295,12 @@ def _heartbeats(
         fail("listening on all addresses: say which one consumers reach (--heartbeat-advertise or $POD_IP)")
     try:
         advertised = advertise or f"{own}:{port}"
-        settings = HeartbeatSettings(port=port, advertise=advertised, own_process=own_process)
+        settings = HeartbeatSettings(
+            port=port,
+            advertise=advertised,
+            own_process=own_process,
+            fallback_writes_per_second=fallback_writes_per_second,
+        )
         consumer_addresses = tuple(a for address in addresses for a in parse_addresses(address))
     except ValueError as e:
         fail(f"heartbeats: {e}")

@@ -116,6 +116,7 @@ class LivenessCounts(Protocol):
     heartbeats_refused: int
     heartbeats_unanswered: int
     fallback_writes_waited: int
+    fallback_writes_spread: int
 
 
 @dataclass(slots=True)
@@ -127,6 +128,7 @@ class _NoKeeper:
     heartbeats_refused: int = 0
     heartbeats_unanswered: int = 0
     fallback_writes_waited: int = 0
+    fallback_writes_spread: int = 0
 
 
 class _Liveness(Collector):
@@ -157,6 +159,13 @@ class _Liveness(Collector):
         )
         waited.add_metric([], counts.fallback_writes_waited)
         yield waited
+        spread = CounterMetricFamily(
+            "groupops_consumer_fallback_spread_waits",
+            "Unanswered heartbeats whose needed fallback Lease write waited for this replica's moment "
+            "of the fleet's spread (the replica is paused once its validity ends).",
+        )
+        spread.add_metric([], counts.fallback_writes_spread)
+        yield spread
 
 
 class ConsumerMetrics:

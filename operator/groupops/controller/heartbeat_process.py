@@ -133,7 +133,9 @@ class HeartbeatProcess:
     answering process; `lease_event` feeds its Lease mirror and `start_leadership` its view of the
     election."""
 
-    def __init__(self, host: str, port: int, *, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, host: str, port: int, *, metrics: Metrics | None = None, fallback_writes_per_second: float = 0.0
+    ) -> None:
         self.metrics = metrics
         self._tally = None if metrics is None else MetricsTally(metrics)
         context = multiprocessing.get_context("spawn")  # no fork of a process full of threads
@@ -144,7 +146,13 @@ class HeartbeatProcess:
         self._pulse = PulseStamp(context)
         self._process = context.Process(
             target=_answer,
-            args=(host, port, _ChildEnds(commands_in, replies_out, reports_out, election_out), self._pulse),
+            args=(
+                host,
+                port,
+                _ChildEnds(commands_in, replies_out, reports_out, election_out),
+                self._pulse,
+                fallback_writes_per_second,
+            ),
             name="groupops-heartbeats",
             daemon=True,
         )
@@ -458,7 +466,9 @@ class _Outbox:
 
 
 class _Answerer:
-    def __init__(self, outbox: _Outbox, election: ElectionHost) -> None:
+    def __init__(
+        self, outbox: _Outbox, election: ElectionHost, fallback_writes_per_second: float = 0.0
+    ) -> None:
         self._lock = threading.Lock()
         self._leases: dict[tuple[str, str], dict[str, Any]] = {}
         self._lead_until = -math.inf
@@ -466,7 +476,11 @@ class _Answerer:
         self._outbox = outbox
         self._election = election
         self.book = HeartbeatBook(
-            leases=self.lease, leading=self._leading, leader_address=self._leader, tally=outbox
+            leases=self.lease,
+            leading=self._leading,
+            leader_address=self._leader,
+            tally=outbox,
+            fallback_writes_per_second=fallback_writes_per_second,
         )
         self._clocks: dict[tuple[str, str], _RecordingClock] = {}
 
@@ -538,7 +552,9 @@ class _ChildEnds(NamedTuple):
     election: Connection
 
 
-def _answer(host: str, port: int, ends: _ChildEnds, pulse: PulseStamp) -> None:
+def _answer(
+    host: str, port: int, ends: _ChildEnds, pulse: PulseStamp, fallback_writes_per_second: float = 0.0
+) -> None:
     """The answering process: serve until the operator's end of `commands` closes."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s heartbeats %(levelname)s %(message)s")
     commands, replies, reports = ends.commands, ends.replies, ends.reports
@@ -549,7 +565,7 @@ def _answer(host: str, port: int, ends: _ChildEnds, pulse: PulseStamp) -> None:
         with election_lock, contextlib.suppress(OSError):  # the operator gone: its pipe's end ends us
             ends.election.send(message)
 
-    answerer = _Answerer(outbox, ElectionHost(tell_election, pulse))
+    answerer = _Answerer(outbox, ElectionHost(tell_election, pulse), fallback_writes_per_second)
     try:
         server = HeartbeatServer(answerer.book, host, port, tally=outbox)
     except OSError as e:

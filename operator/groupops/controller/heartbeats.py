@@ -15,6 +15,12 @@ before its daemon of the policy runs (docs/design.md §7.5, "a new leader grants
 moment"): such a grant is kept on the book and heard on the policy's clock when the daemon
 attaches it, before that clock can judge anyone; the fence guard counts it too.
 
+The spread: a grant also tells the replica over how many seconds its fleet spreads the fallback
+Lease writes it sends while no leader answers (`planner.liveness.fallback_write_at`): the number
+of replicas this operator granted within the last `FLEET_WINDOW_S` over the operator's budget
+of such writes per second (`fallback_writes_per_second`; 0: no spread). A fleet that loses its
+leader at one moment then writes at about the budget's rate (docs/design.md §7.5).
+
 Stuck (`planner.liveness.stuck_refusal`): a heartbeat whose reported progress exceeds the
 policy's maxPollIntervalSeconds (noted by each reconcile, `note_max_poll_interval`) is refused
 with `stuck`, and its replica surrenders as when its own watchdog fires: it writes nothing more,
@@ -68,6 +74,7 @@ from groupops.planner.plan_format import LeaseRecord
 from groupops.planner.wire import PlanFormatError
 
 __all__ = [
+    "FLEET_WINDOW_S",
     "GRANT_FRACTION",
     "HeardProgress",
     "HeartbeatBook",
@@ -84,6 +91,10 @@ log = logging.getLogger(__name__)
 GRANT_FRACTION = 0.75
 """A grant's validity as a fraction of the Lease duration (the consumer's renew deadline is the
 same fraction): the margin covers clock-rate drift between the two machines."""
+
+FLEET_WINDOW_S = 30.0
+"""The fleet counted for the spread is the replicas granted within the last one or two windows of
+this length: longer than any heartbeat interval a Lease of up to a minute allows."""
 
 LeaseLookup = Callable[[str, str], Mapping[str, Any] | None]
 """(namespace, Lease name) -> the Lease as the operator's cache holds it."""
@@ -217,7 +228,10 @@ class HeartbeatBook:
         tally: HeartbeatTally | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        fallback_writes_per_second: float = 0.0,
     ) -> None:
+        if fallback_writes_per_second < 0 or not math.isfinite(fallback_writes_per_second):
+            raise ValueError(f"fallback writes per second must be >= 0, got {fallback_writes_per_second}")
         self._leases = leases
         self._leading = leading
         self._leader_address = leader_address
@@ -236,6 +250,10 @@ class HeartbeatBook:
         """The last progress each replica reported, by (namespace, Lease name)."""
         self._records = LeaseRecords()
         """Each Lease's annotations as parsed (`_record_of`)."""
+        self._write_budget = fallback_writes_per_second
+        self._granted_now: set[tuple[str, str]] = set()
+        self._granted_before: set[tuple[str, str]] = set()
+        self._window_ends = -math.inf
 
     # -- the policies' daemons ----------------------------------------------------------------------
 
@@ -362,7 +380,25 @@ class HeartbeatBook:
                 clock.hear(MemberId(heartbeat.lease), now)
             else:
                 self._unattached.setdefault((heartbeat.namespace, policy), {})[heartbeat.lease] = now
-        return self._answer(heartbeat, HeartbeatStatus.GRANTED, valid=GRANT_FRACTION * duration)
+            spread = self._spread(key, now)
+        return self._answer(
+            heartbeat, HeartbeatStatus.GRANTED, valid=GRANT_FRACTION * duration, spread=spread
+        )
+
+    def fleet(self) -> int:
+        """Replicas granted within the last one or two `FLEET_WINDOW_S`."""
+        with self._lock:
+            return max(len(self._granted_now), len(self._granted_before))
+
+    def _spread(self, key: tuple[str, str], now: float) -> float:
+        """Under the lock, on a grant: note the replica in the fleet; the fleet's spread."""
+        if now >= self._window_ends:
+            self._granted_before, self._granted_now = self._granted_now, set()
+            self._window_ends = now + FLEET_WINDOW_S
+        self._granted_now.add(key)
+        if self._write_budget <= 0:
+            return 0.0
+        return max(len(self._granted_now), len(self._granted_before)) / self._write_budget
 
     def _record_of(self, namespace: str, name: str, lease: Mapping[str, Any] | None) -> LeaseRecord | None:
         """The Lease's annotations, parsed once per content (`lease_records`): every heartbeat of
@@ -388,11 +424,18 @@ class HeartbeatBook:
         leader: str | None = None,
         reason: str = "",
         stuck: bool = False,
+        spread: float = 0.0,
     ) -> HeartbeatAnswer:
         if self._tally is not None:
             self._tally.answered("refused-stuck" if stuck else status.value)
         return HeartbeatAnswer(
-            seq=heartbeat.seq, status=status, valid=valid, leader=leader, reason=reason, stuck=stuck
+            seq=heartbeat.seq,
+            status=status,
+            valid=valid,
+            leader=leader,
+            reason=reason,
+            stuck=stuck,
+            spread=spread,
         )
 
 

@@ -159,7 +159,12 @@ def _start_answerer(settings: Settings, metrics: Metrics) -> HeartbeatProcess | 
     if settings.heartbeat is None or not settings.heartbeat.own_process:
         return None
     began = time.monotonic()
-    answerer = HeartbeatProcess(settings.network.host, settings.heartbeat.port, metrics=metrics)
+    answerer = HeartbeatProcess(
+        settings.network.host,
+        settings.heartbeat.port,
+        metrics=metrics,
+        fallback_writes_per_second=settings.heartbeat.fallback_writes_per_second,
+    )
     answerer.on_lost = _exit_on_lost_heartbeats
     log.info("heartbeat answering process up in %.1f s", time.monotonic() - began)
     return answerer
@@ -188,6 +193,7 @@ def _serve_heartbeats(
         leading=(lambda: True) if elector is None else elector.still_leading,
         leader_address=(lambda: None) if elector is None else (lambda: elector.leader_address),
         metrics=metrics,
+        fallback_writes_per_second=settings.heartbeat.fallback_writes_per_second,
     )
     try:
         server = HeartbeatServer(book, host, port, metrics=metrics)

@@ -6,6 +6,7 @@ one `Settings` and hands it to `handlers.register`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from groupops.controller.guard import GuardAllowlist
@@ -13,6 +14,7 @@ from groupops.planner.handoff import DEFAULT_LEASE_DURATION_S
 from groupops.planner.liveness import parse_addresses
 
 __all__ = [
+    "DEFAULT_FALLBACK_WRITES_PER_SECOND",
     "ConsumerSettings",
     "ElectionSettings",
     "HeartbeatSettings",
@@ -21,6 +23,11 @@ __all__ = [
     "Settings",
     "WatchSettings",
 ]
+
+DEFAULT_FALLBACK_WRITES_PER_SECOND = 200.0
+"""The Lease writes a second a fleet that lost its leader may send (docs/design.md §7.5): a fleet
+of up to about 350 replicas writes as it would without a budget (a 4 s Lease's replica writes
+every 1.75 s or so), one of 3,000 spreads its writes over 15 s."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -157,15 +164,22 @@ class HeartbeatSettings:
     """Where this operator answers consumer heartbeats (docs/design.md §7.5): UDP `port` on
     `NetworkSettings.host`; `advertise` is the "host:port" a leader names to replicas that asked
     a standby (its pod IP in a cluster). `own_process`: answer in a process of its own
-    (`controller.heartbeat_process`), not in a thread of the operator's."""
+    (`controller.heartbeat_process`), not in a thread of the operator's.
+    `fallback_writes_per_second`: the rate at which a fleet that lost its leader may write its
+    Leases; a fleet larger than it spreads its writes (`controller.heartbeats`; 0: no spread)."""
 
     port: int
     advertise: str
     own_process: bool = True
+    fallback_writes_per_second: float = DEFAULT_FALLBACK_WRITES_PER_SECOND
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
             raise ValueError(f"heartbeat port must be 0-65535, got {self.port}")
+        if not 0 <= self.fallback_writes_per_second < math.inf:
+            raise ValueError(
+                f"fallback writes per second must be a number >= 0, got {self.fallback_writes_per_second}"
+            )
         _check_address(self.advertise, "heartbeat advertise address")
 
 

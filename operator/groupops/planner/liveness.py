@@ -30,6 +30,9 @@ Answer:
     reason      refused / not-leader: why, in words
     stuck       refused: true when refused for the progress it reported; the replica then
                 surrenders as when its own watchdog judges it stuck (no Lease write follows)
+    spread      optional, granted: seconds over which this leader's heartbeat fleet spreads its
+                fallback Lease writes once no leader answers (the fleet's size over the
+                operator's write budget); absent or 0: none (`fallback_write_at`)
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ __all__ = [
     "decode_heartbeat",
     "encode_answer",
     "encode_heartbeat",
+    "fallback_write_at",
     "fallback_write_may_wait",
     "grant_refusal",
     "parse_addresses",
@@ -101,6 +105,7 @@ class HeartbeatAnswer:
     leader: str | None = None
     reason: str = ""
     stuck: bool = False
+    spread: float = 0.0
 
 
 def encode_heartbeat(heartbeat: Heartbeat) -> bytes:
@@ -147,6 +152,7 @@ def decode_heartbeat(data: bytes) -> Heartbeat:
 
 def encode_answer(answer: HeartbeatAnswer) -> bytes:
     valid = round(answer.valid, 3)
+    spread = round(answer.spread, 1) if answer.status is HeartbeatStatus.GRANTED else 0.0
     if (
         answer.status is HeartbeatStatus.GRANTED
         and not answer.leader
@@ -154,14 +160,21 @@ def encode_answer(answer: HeartbeatAnswer) -> bytes:
         and type(answer.seq) is int
         and type(valid) is float
         and math.isfinite(valid)
+        and type(spread) is float
+        and math.isfinite(spread)
     ):
         # The answer to almost every heartbeat, as the bytes the encoder below writes for it (the
         # same keys in the same order; JSON writes a finite float as its repr).
-        granted = b'{"v":%d,"seq":%d,"status":"granted","valid":%s}'
-        return granted % (_VERSION, answer.seq, repr(valid).encode())
+        if spread <= 0:
+            granted = b'{"v":%d,"seq":%d,"status":"granted","valid":%s}'
+            return granted % (_VERSION, answer.seq, repr(valid).encode())
+        spreading = b'{"v":%d,"seq":%d,"status":"granted","valid":%s,"spread":%s}'
+        return spreading % (_VERSION, answer.seq, repr(valid).encode(), repr(spread).encode())
     body: dict[str, Any] = {"v": _VERSION, "seq": answer.seq, "status": answer.status.value}
     if answer.status is HeartbeatStatus.GRANTED:
         body["valid"] = valid
+        if spread > 0:
+            body["spread"] = spread
     if answer.leader:
         body["leader"] = answer.leader
     if answer.reason:
@@ -180,6 +193,9 @@ def decode_answer(data: bytes) -> HeartbeatAnswer:
     valid = body.get("valid", 0.0)
     if not _is_number(valid) or valid < 0:
         raise HeartbeatFormatError(f"valid must be a number of seconds >= 0, got {valid!r}")
+    spread = body.get("spread", 0.0)
+    if not _is_number(spread) or spread < 0:
+        raise HeartbeatFormatError(f"spread must be a number of seconds >= 0, got {spread!r}")
     leader = body.get("leader")
     if leader is not None and not isinstance(leader, str):
         raise HeartbeatFormatError("leader must be a string")
@@ -191,6 +207,7 @@ def decode_answer(data: bytes) -> HeartbeatAnswer:
         leader=leader or None,
         reason=reason if isinstance(reason, str) else "",
         stuck=status is HeartbeatStatus.REFUSED and body.get("stuck") is True,
+        spread=float(spread) if status is HeartbeatStatus.GRANTED else 0.0,
     )
 
 
@@ -229,6 +246,28 @@ def fallback_write_may_wait(
     4 s Lease's 3 s grant never does, a 10 s Lease's 7.5 s grant spares the writes of the first
     3.5 s of an election gap."""
     return now + interval_s + heartbeat_timeout_s + write_timeout_s <= valid_until
+
+
+def fallback_write_at(
+    *, needed_since: float, last_write: float | None, spread_s: float, phase: float
+) -> float:
+    """When a replica that no leader answers may send its next fallback Lease write, once
+    `fallback_write_may_wait` has said its validity no longer covers waiting: `needed_since` is
+    the first moment it said so since the replica's last grant, `last_write` the send time of its
+    last fallback write since then (None: none yet), `spread_s` the spread of its last grant and
+    `phase` this process's draw from [0, 1).
+
+    The first write goes out `phase` of the spread after it became needed, each later one a spread
+    after the one before: a fleet that lost its leader at one moment writes at the rate of its
+    size over the spread, which the leader set to its write budget (design §7.5, "fallback writes
+    spread by the fleet's size"). With no spread (a small fleet) the write goes out when needed,
+    as it always did. Sound for fencing as `fallback_write_may_wait` is: a write not sent leaves
+    the validity as it was, and the replica stops consuming when it ends."""
+    if spread_s <= 0:
+        return needed_since if last_write is None else last_write
+    if last_write is None:
+        return needed_since + phase * spread_s
+    return last_write + spread_s
 
 
 def stuck_refusal(progress: Mapping[str, float], max_poll_interval_s: float | None) -> str | None:

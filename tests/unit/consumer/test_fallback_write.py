@@ -1,7 +1,9 @@
 """The fallback Lease write after an unanswered heartbeat waits while the replica's validity covers
-a later one (planner.liveness.fallback_write_may_wait, docs/design.md §7.5): the rule itself, and
-the keeper's renewal thread against a heartbeat address nobody answers (a bound loopback socket
-that stays silent) and against one that refuses."""
+a later one (planner.liveness.fallback_write_may_wait, docs/design.md §7.5), and in a fleet too
+large for the operator's write budget for the replica's moment of the spread its grants named
+(planner.liveness.fallback_write_at): the rules themselves, and the keeper's renewal thread
+against a heartbeat address nobody answers (a bound loopback socket that stays silent), one that
+refuses, and one that grants with a spread and then falls silent."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from groupops.planner.liveness import (
     HeartbeatStatus,
     decode_heartbeat,
     encode_answer,
+    fallback_write_at,
     fallback_write_may_wait,
 )
 from tests.unit.consumer.test_consumer_lease import NAME, LeaseStore
@@ -93,13 +96,62 @@ def test_a_write_left_for_later_still_returns_before_the_validity_ends(
         assert write_returned <= valid_until + 1e-9
 
 
+@given(
+    needed_since=st.floats(0, 1_000),
+    after=st.none() | st.floats(0, 100),
+    spread=st.floats(0, 100),
+    phase=st.floats(0, 1, exclude_max=True),
+)
+def test_a_spread_write_is_never_before_it_was_needed_nor_within_a_spread_of_the_last(
+    needed_since: float, after: float | None, spread: float, phase: float
+) -> None:
+    last_write = None if after is None else needed_since + after
+    at = fallback_write_at(needed_since=needed_since, last_write=last_write, spread_s=spread, phase=phase)
+    assert at >= needed_since
+    if last_write is not None:
+        assert at == last_write + spread
+    else:
+        assert at <= needed_since + spread
+
+
+def test_without_a_spread_the_write_is_due_when_needed_as_before() -> None:
+    assert fallback_write_at(needed_since=7.0, last_write=None, spread_s=0.0, phase=0.9) == 7.0
+    assert fallback_write_at(needed_since=7.0, last_write=8.5, spread_s=0.0, phase=0.9) == 8.5
+
+
+def test_a_fleet_that_lost_its_leader_together_writes_at_the_budgets_rate() -> None:
+    # 3,000 replicas whose writes all became needed at 0 (a 4 s Lease's grants never cover waiting),
+    # a budget of 200 writes/s: the grants named a spread of 15 s. Each writes at its moment, then
+    # a spread later, for as long as no leader answers.
+    fleet, budget = 3000, 200.0
+    spread = fleet / budget
+    per_second: list[int] = [0] * 45
+    for i in range(fleet):
+        last: float | None = None
+        while True:
+            at = fallback_write_at(needed_since=0.0, last_write=last, spread_s=spread, phase=i / fleet)
+            if at >= len(per_second):
+                break
+            per_second[int(at)] += 1
+            last = at
+    assert max(per_second) <= budget, per_second
+    assert sum(per_second) == fleet * 3, "every replica wrote once per spread"
+
+
 # -- the keeper's renewal thread --------------------------------------------------------------------
 
 
 @contextmanager
-def heartbeat_port(answer: HeartbeatStatus | None, received: list[float] | None = None) -> Iterator[str]:
-    """A loopback UDP port: silent (None), or answering every heartbeat with `answer`; the
-    monotonic moment of each datagram goes to `received`."""
+def heartbeat_port(
+    answer: HeartbeatStatus | None,
+    received: list[float] | None = None,
+    *,
+    spread: float = 0.0,
+    silent: threading.Event | None = None,
+) -> Iterator[str]:
+    """A loopback UDP port: silent (None), or answering every heartbeat with `answer` (grants
+    naming `spread`) until `silent` is set; the monotonic moment of each datagram goes to
+    `received`."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind(("127.0.0.1", 0))
     sock.settimeout(0.05)
@@ -113,10 +165,10 @@ def heartbeat_port(answer: HeartbeatStatus | None, received: list[float] | None 
                 continue
             if received is not None:
                 received.append(time.monotonic())
-            if answer is not None:
+            if answer is not None and not (silent is not None and silent.is_set()):
                 seq = decode_heartbeat(data).seq
-                if answer is HeartbeatStatus.GRANTED:
-                    reply = HeartbeatAnswer(seq=seq, status=answer, valid=2.25)  # 0.75 x the 3 s Lease
+                if answer is HeartbeatStatus.GRANTED:  # valid 0.75 x the 3 s Lease
+                    reply = HeartbeatAnswer(seq=seq, status=answer, valid=2.25, spread=spread)
                 else:
                     reply = HeartbeatAnswer(seq=seq, status=answer, reason="unknown Lease")
                 sock.sendto(encode_answer(reply), sender)
@@ -135,9 +187,11 @@ class CountingStore(LeaseStore):
     def __init__(self) -> None:
         super().__init__()
         self.updates = 0
+        self.update_times: list[float] = []
 
     def update_lease(self, body: dict[str, object]) -> dict[str, object]:  # type: ignore[override]
         self.updates += 1
+        self.update_times.append(time.monotonic())
         return super().update_lease(body)  # type: ignore[arg-type]
 
 
@@ -148,9 +202,12 @@ def run_keeper(
     seconds: float,
     metrics: ConsumerMetrics | None = None,
     beat_interval_s: float | None = None,
+    phase: float | None = None,
+    store: CountingStore | None = None,
 ) -> tuple[int, float]:
     """Lease writes during `seconds` of the keeper's thread (after the take), and the longest time
-    it was not valid in that span (sampled every 10 ms). `metrics` follow the keeper's counts."""
+    it was not valid in that span (sampled every 10 ms). `metrics` follow the keeper's counts;
+    `store` keeps the writes' moments."""
     settings = LeaseSettings(
         duration_s=3,
         renew_interval_s=0.2,
@@ -159,8 +216,16 @@ def run_keeper(
         heartbeat_addresses=(address,),
         heartbeat_interval_s=beat_interval_s,
     )
-    store = CountingStore()
-    k = LeaseKeeper(store, settings, name=NAME, policy="orders", identity="g-0", incarnation="aaaa")  # type: ignore[arg-type]
+    store = CountingStore() if store is None else store
+    k = LeaseKeeper(
+        store,  # type: ignore[arg-type]
+        settings,
+        name=NAME,
+        policy="orders",
+        identity="g-0",
+        incarnation="aaaa",
+        phase=phase,
+    )
     if metrics is not None:
         metrics.follow_liveness(k)
     assert k.acquire(threading.Event())
@@ -244,3 +309,31 @@ def test_the_replicas_metrics_count_its_heartbeats_by_answer_its_lease_writes_an
         run_keeper(address, renew_deadline_s=2.0, seconds=1.0, metrics=refused_metrics)
     assert scraped(refused_metrics, "groupops_consumer_heartbeats_total", answer="refused") >= 3
     assert scraped(refused_metrics, "groupops_consumer_fallback_waits_total") == 0, "a refusal never waits"
+
+
+def test_with_a_spread_the_writes_of_a_replica_no_leader_answers_come_a_spread_apart() -> None:
+    # Granted for 1 s with a spread of 1.2 s, then nobody answers. A 0.6 s validity never covers
+    # waiting (0.2 + 0.15 + 0.3 s), so without the spread the keeper would write after every
+    # unanswered exchange, about every 0.35 s; with it, half a spread after the write became
+    # needed (phase 0.5), then a spread after each write, and it pauses in between.
+    silent = threading.Event()
+    store = CountingStore()
+    metrics = ConsumerMetrics()
+    timer = threading.Timer(1.0, silent.set)
+    with heartbeat_port(HeartbeatStatus.GRANTED, spread=1.2, silent=silent) as address:
+        timer.start()
+        started = time.monotonic()
+        try:
+            _, longest_invalid = run_keeper(
+                address, renew_deadline_s=0.6, seconds=4.0, phase=0.5, store=store, metrics=metrics
+            )
+        finally:
+            timer.cancel()
+    writes = store.update_times  # the take is a create: these are the fallback writes
+    assert 2 <= len(writes) <= 3, [round(t - started, 2) for t in writes]
+    assert writes[0] - started >= 1.0 + 0.6, "not before half a spread after the grants stopped"
+    gaps = [b - a for a, b in itertools.pairwise(writes)]
+    assert min(gaps, default=1.2) >= 1.2 - 0.05, gaps
+    assert longest_invalid >= 0.3, "it paused between writes rather than write more often"
+    assert scraped(metrics, "groupops_consumer_fallback_spread_waits_total") >= 2
+    assert scraped(metrics, "groupops_consumer_heartbeats_total", answer="granted") >= 3

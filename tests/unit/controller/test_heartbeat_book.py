@@ -300,3 +300,55 @@ def test_the_time_a_heartbeat_waited_in_the_socket_is_measured_from_the_kernels_
     waited = metrics.registry.get_sample_value("groupops_operator_heartbeat_socket_wait_seconds_sum")
     assert count == 1
     assert waited is not None and unread_s <= waited < unread_s + 5, waited
+
+
+def _fleet_book(now: list[float], budget: float) -> HeartbeatBook:
+    """A book whose Leases are `lease-0`, `lease-1`, ... all held by incarnation p1."""
+
+    def lease(ns: str, name: str) -> dict[str, Any] | None:
+        if ns != NS or not name.startswith("lease-"):
+            return None
+        held = World.lease_object("rv1", LeaseRecord(incarnation="p1", heartbeats=True))
+        held["metadata"]["name"] = name
+        return held
+
+    return HeartbeatBook(
+        leases=lease,
+        leading=lambda: True,
+        leader_address=lambda: None,
+        clock=lambda: now[0],
+        fallback_writes_per_second=budget,
+    )
+
+
+def _spread_of(book: HeartbeatBook, replica: int) -> float:
+    answer = book.answer(Heartbeat(namespace=NS, lease=f"lease-{replica}", incarnation="p1", seq=1))
+    assert answer.status is HeartbeatStatus.GRANTED
+    return answer.spread
+
+
+def test_a_grant_names_the_fleet_over_the_write_budget_as_its_spread() -> None:
+    now = [100.0]
+    book = _fleet_book(now, budget=2.0)
+    assert [_spread_of(book, i) for i in range(3)] == [0.5, 1.0, 1.5]
+    assert _spread_of(book, 0) == 1.5, "a replica heard again is not counted twice"
+    assert book.fleet() == 3
+    assert [_spread_of(_fleet_book(now, budget=0.0), i) for i in range(3)] == [0.0, 0.0, 0.0]
+
+
+def test_replicas_that_stopped_beating_leave_the_fleet_after_two_windows() -> None:
+    now = [100.0]
+    book = _fleet_book(now, budget=10.0)
+    for i in range(40):
+        _spread_of(book, i)
+    now[0] += heartbeats.FLEET_WINDOW_S
+    for i in range(4):  # 36 of the 40 went away
+        assert _spread_of(book, i) == 4.0, "the window before still counts them"
+    now[0] += heartbeats.FLEET_WINDOW_S
+    assert _spread_of(book, 0) == 0.4
+    assert book.fleet() == 4
+
+
+def test_a_negative_write_budget_is_refused() -> None:
+    with pytest.raises(ValueError, match="fallback writes per second"):
+        _fleet_book([0.0], budget=-1.0)

@@ -63,6 +63,7 @@ def test_a_heartbeat_reads_back_as_it_was_sent(
     "answer",
     [
         HeartbeatAnswer(seq=4, status=HeartbeatStatus.GRANTED, valid=3.0),
+        HeartbeatAnswer(seq=7, status=HeartbeatStatus.GRANTED, valid=3.0, spread=15.0),
         HeartbeatAnswer(seq=5, status=HeartbeatStatus.REFUSED, reason="fenced: re-read the Lease"),
         HeartbeatAnswer(seq=6, status=HeartbeatStatus.NOT_LEADER, leader="10.0.0.7:7946", reason="standby"),
     ],
@@ -98,16 +99,20 @@ def test_a_datagram_that_is_not_a_heartbeat_is_named_as_such(data: bytes, proble
     valid=st.floats(0, 1e9, allow_nan=False, allow_infinity=False) | st.integers(0, 10**6),
     status=st.sampled_from(HeartbeatStatus),
     reason=st.sampled_from(["", "fenced: re-read the Lease"]),
+    spread=st.just(0.0) | st.floats(0, 1e6, allow_nan=False, allow_infinity=False),
 )
 def test_every_answer_is_the_json_object_of_its_fields(
-    seq: int, valid: float, status: HeartbeatStatus, reason: str
+    seq: int, valid: float, status: HeartbeatStatus, reason: str, spread: float
 ) -> None:
     """The granted answer is written without the JSON encoder (the answering process writes one
-    per heartbeat): the same bytes the encoder writes, for every seq and validity."""
-    answer = HeartbeatAnswer(seq=seq, status=status, valid=valid, reason=reason)
+    per heartbeat): the same bytes the encoder writes, for every seq, validity and spread; a
+    spread under 0.05 s is none, and the answer's bytes are then those of a leader without one."""
+    answer = HeartbeatAnswer(seq=seq, status=status, valid=valid, reason=reason, spread=spread)
     body: dict[str, object] = {"v": 1, "seq": seq, "status": status.value}
     if status is HeartbeatStatus.GRANTED:
         body["valid"] = round(valid, 3)
+        if round(spread, 1) > 0:
+            body["spread"] = round(spread, 1)
     if reason:
         body["reason"] = reason
     assert encode_answer(answer) == json.dumps(body, separators=(",", ":")).encode()
@@ -122,11 +127,15 @@ def test_a_progress_that_is_not_a_finite_exact_number_is_a_format_error(value: b
         decode_heartbeat(data % value)
 
 
-def test_an_answer_with_an_unknown_status_or_negative_validity_is_refused() -> None:
+def test_an_answer_with_an_unknown_status_or_a_negative_validity_or_spread_is_refused() -> None:
     with pytest.raises(HeartbeatFormatError, match="unknown status"):
         decode_answer(b'{"v": 1, "seq": 1, "status": "maybe"}')
     with pytest.raises(HeartbeatFormatError, match="valid"):
         decode_answer(b'{"v": 1, "seq": 1, "status": "granted", "valid": -1}')
+    with pytest.raises(HeartbeatFormatError, match="spread"):
+        decode_answer(b'{"v": 1, "seq": 1, "status": "granted", "valid": 3, "spread": -2}')
+    with pytest.raises(HeartbeatFormatError, match="spread"):
+        decode_answer(b'{"v": 1, "seq": 1, "status": "granted", "valid": 3, "spread": "15"}')
 
 
 def _lease(holder: str | None = "worker-0") -> dict[str, object]:
