@@ -679,13 +679,18 @@ class Fleet:
             pending = self._pending.get(key)
             if pending is None:
                 return None  # answered in time
-            if self._read_through < due:  # an answer in time may still be unread: look again
+            r, sent, first, second, target = pending
+            # Judged against the datagram's own deadline, not the entry's time: a held entry comes
+            # back later, and compared with that later time it was held again and again while
+            # nothing was read but the socket's timeouts (every exchange stood still whenever no
+            # operator answered at all, as in an election gap).
+            deadline = sent + TIMING.heartbeat_timeout_s / 2
+            if self._read_through < deadline:  # an answer in time may still be unread: look again
                 # The reader is about this far behind: look again once it may have caught up.
-                again_at = now + min(0.5, max(READ_THROUGH_RECHECK_S, due - self._read_through))
+                again_at = now + min(0.5, max(READ_THROUGH_RECHECK_S, deadline - self._read_through))
                 heapq.heappush(self._heap, (again_at, next(self._order), kind, key, token))
                 self.counts["deadlines_held_for_unread_answers"] += 1
                 return None
-            r, _, first, second, target = pending
             if not second:  # half the budget gone: a second datagram, as the client sends
                 # With several addresses the client gives each its share of the budget: the
                 # second datagram goes to the next one (a dead leader's share is spent).
