@@ -393,7 +393,9 @@ class HeartbeatBook:
     def _spread(self, key: tuple[str, str], now: float) -> float:
         """Under the lock, on a grant: note the replica in the fleet; the fleet's spread."""
         if now >= self._window_ends:
-            self._granted_before, self._granted_now = self._granted_now, set()
+            # After a window with no grant at all, the one before it is older than two windows.
+            idle = now >= self._window_ends + FLEET_WINDOW_S
+            self._granted_before, self._granted_now = (set() if idle else self._granted_now), set()
             self._window_ends = now + FLEET_WINDOW_S
         self._granted_now.add(key)
         if self._write_budget <= 0:

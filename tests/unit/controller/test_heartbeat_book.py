@@ -347,6 +347,10 @@ def test_replicas_that_stopped_beating_leave_the_fleet_after_two_windows() -> No
     now[0] += heartbeats.FLEET_WINDOW_S
     assert _spread_of(book, 0) == 0.4
     assert book.fleet() == 4
+    for i in range(10):
+        _spread_of(book, i)
+    now[0] += 3 * heartbeats.FLEET_WINDOW_S  # nobody granted for longer than two windows
+    assert _spread_of(book, 7) == 0.1, "only the replica heard now is the fleet"
 
 
 def test_a_negative_write_budget_is_refused() -> None:
