@@ -150,13 +150,13 @@ from groupops.devstack.kube import KubeApiServer  # noqa: E402
 from groupops.model import MemberId, TopicPartition  # noqa: E402
 from groupops.planner.exits import incarnation_for  # noqa: E402
 from groupops.planner.liveness import (  # noqa: E402
+    FallbackSpread,
     Heartbeat,
     HeartbeatAnswer,
     HeartbeatFormatError,
     HeartbeatStatus,
     decode_answer,
     encode_heartbeat,
-    fallback_write_at,
     fallback_write_may_wait,
 )
 from groupops.planner.plan_format import (  # noqa: E402
@@ -379,12 +379,8 @@ class Replica:
     """Wall time of its last granted heartbeat."""
     pod_uid: str | None = None
     """Mode heartbeat-kubelet: its pod's UID, named in its incarnation."""
-    phase: float = 0.0
-    """Its moment within a spread (`LeaseKeeper._phase`), drawn once."""
-    spread: float = 0.0
-    """The spread of its last grant."""
-    fallback_needed_since: float | None = None
-    last_fallback_write: float | None = None
+    spread: FallbackSpread = field(default_factory=lambda: FallbackSpread(phase=random.random()))
+    """Its moment within the spread of its last grant (`LeaseKeeper._spread`)."""
 
 
 _TICK, _DEADLINE, _RETRY = 0, 1, 2
@@ -434,7 +430,6 @@ class Fleet:
                         record=LeaseRecord(
                             state=LeaseState.STARTING, incarnation=incarnation, heartbeats=self.heartbeats
                         ),
-                        phase=random.random(),
                     )
                 )
         self.by_lease = {r.lease: r for r in self.replicas}
@@ -812,8 +807,7 @@ class Fleet:
             self._preferred = target
             r.last_granted = time.time()
             r.valid_until = max(r.valid_until, sent + min(answer.valid, TIMING.lease.renew_deadline_s))
-            r.spread = answer.spread
-            r.fallback_needed_since = r.last_fallback_write = None
+            r.spread.granted(answer.spread)
             # `LeaseKeeper._run`: only a grant earns the steady heartbeat interval.
             self._finish(r, at, next_at=at + TIMING.lease.beat_interval_s)
             return None
@@ -855,20 +849,13 @@ class Fleet:
             self.counts["fallback_writes_waited"] += 1
             self._finish(r, now)
             return None
-        # `LeaseKeeper._until_fallback_slot`: the write waits for this replica's moment of the spread.
-        if r.fallback_needed_since is None:
-            r.fallback_needed_since = now
-        slot = fallback_write_at(
-            needed_since=r.fallback_needed_since,
-            last_write=r.last_fallback_write,
-            spread_s=r.spread,
-            phase=r.phase,
-        )
-        if slot > now:
+        # `LeaseKeeper._run`: the write waits for this replica's moment of the spread.
+        until_write = r.spread.until_write(now)
+        if until_write > 0:
             self.counts["fallback_writes_spread"] += 1
-            self._finish(r, now, next_at=min(now + TIMING.lease.renew_interval_s, slot))
+            self._finish(r, now, next_at=now + min(TIMING.lease.renew_interval_s, until_write))
             return None
-        r.last_fallback_write = now
+        r.spread.wrote(now)
         return lambda: self._submit(r)
 
     def _leader_target(self, address: str | None) -> int | None:

@@ -35,7 +35,7 @@ fence or a takeover, step 3); an unanswered one too, once the validity left no l
 another interval, heartbeat and write (`fallback_write_may_wait`), so the replica stays alive
 while no operator answers and an election gap does not cost a write per replica per interval;
 and in a fleet too large for the operator's write budget, only at this process's moment of the
-spread its last grant named (`fallback_write_at`), so that the writes of a fleet that lost its
+spread its last grant named (`FallbackSpread`), so that the writes of a fleet that lost its
 leader at once arrive at the budget's rate, not together (the replica pauses meanwhile). A
 heartbeat carries the replica's progress (`progress`: seconds since its loop last
 polled, since a position last advanced under lag, since the last commit); one refused as *stuck*
@@ -64,9 +64,9 @@ from groupops.kubeapi import AlreadyExists, Conflict, Forbidden, KubeError
 from groupops.model import MemberId, TopicPartition
 from groupops.planner.handoff import LeaseClock
 from groupops.planner.liveness import (
+    FallbackSpread,
     Heartbeat,
     HeartbeatStatus,
-    fallback_write_at,
     fallback_write_may_wait,
 )
 from groupops.planner.plan_format import (
@@ -175,12 +175,9 @@ class LeaseKeeper:
         self.fallback_writes_spread = 0
         """Intervals in which no leader answered, the validity did not cover waiting, and the
         write waited for this process's moment of the spread (`fallback_write_at`)."""
-        self._phase = random.random() if phase is None else phase
-        """This process's moment within a spread, drawn once: the fleet's draws spread its writes."""
-        self._spread = 0.0
-        """The spread of the last grant (0 before one, or from an operator that sends none)."""
-        self._fallback_needed_since: float | None = None
-        self._last_fallback_write: float | None = None
+        self._spread = FallbackSpread(phase=random.random() if phase is None else phase)
+        """This process's moment within the spread its last grant named (none before a grant, or
+        from an operator that sends none): the fleet's draws spread its writes."""
         self._held = False
 
     # -- what the runtime calls ---------------------------------------------------------------------
@@ -336,12 +333,13 @@ class LeaseKeeper:
                 if beat is _Beat.UNANSWERED:
                     if self._fallback_may_wait():
                         continue
-                    until_slot = self._until_fallback_slot()
-                    if until_slot > 0:
+                    now = self._monotonic()
+                    until_write = self._spread.until_write(now)
+                    if until_write > 0:
                         self.fallback_writes_spread += 1
-                        wait = min(wait, until_slot)
+                        wait = min(wait, until_write)
                         continue
-                    self._last_fallback_write = self._monotonic()
+                    self._spread.wrote(now)
             if not self.renew_once() and not self._stop.is_set():
                 # One quick retry: a single dropped request must not cost a whole interval.
                 self._stop.wait(min(0.25, self._settings.renew_interval_s / 2))
@@ -402,20 +400,6 @@ class LeaseKeeper:
         self.fallback_writes_waited += 1
         return True
 
-    def _until_fallback_slot(self) -> float:
-        """Seconds until this process's fallback write may go out (`fallback_write_at`); 0 or
-        less: now. Called once the validity no longer covers waiting."""
-        now = self._monotonic()
-        if self._fallback_needed_since is None:
-            self._fallback_needed_since = now
-        slot = fallback_write_at(
-            needed_since=self._fallback_needed_since,
-            last_write=self._last_fallback_write,
-            spread_s=self._spread,
-            phase=self._phase,
-        )
-        return slot - now
-
     def _beat(self) -> _Beat:
         assert self._heartbeats is not None
         heartbeat = Heartbeat(
@@ -434,8 +418,7 @@ class LeaseKeeper:
             return _Beat.UNANSWERED
         answer, sent = result
         if answer.status is HeartbeatStatus.GRANTED:
-            self._spread = answer.spread
-            self._fallback_needed_since = self._last_fallback_write = None
+            self._spread.granted(answer.spread)
             with self._lock:
                 if not self._surrendered:
                     self._note_lapse(sent)

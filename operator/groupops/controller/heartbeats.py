@@ -388,7 +388,10 @@ class HeartbeatBook:
     def fleet(self) -> int:
         """Replicas granted within the last one or two `FLEET_WINDOW_S`."""
         with self._lock:
-            return max(len(self._granted_now), len(self._granted_before))
+            return self._fleet()
+
+    def _fleet(self) -> int:
+        return max(len(self._granted_now), len(self._granted_before))
 
     def _spread(self, key: tuple[str, str], now: float) -> float:
         """Under the lock, on a grant: note the replica in the fleet; the fleet's spread."""
@@ -400,7 +403,7 @@ class HeartbeatBook:
         self._granted_now.add(key)
         if self._write_budget <= 0:
             return 0.0
-        return max(len(self._granted_now), len(self._granted_before)) / self._write_budget
+        return self._fleet() / self._write_budget
 
     def _record_of(self, namespace: str, name: str, lease: Mapping[str, Any] | None) -> LeaseRecord | None:
         """The Lease's annotations, parsed once per content (`lease_records`): every heartbeat of

@@ -49,6 +49,7 @@ from groupops.planner.plan_format import LeaseRecord
 __all__ = [
     "MAX_DATAGRAM",
     "STUCK_GRACE_S",
+    "FallbackSpread",
     "Heartbeat",
     "HeartbeatAnswer",
     "HeartbeatFormatError",
@@ -268,6 +269,37 @@ def fallback_write_at(
     if last_write is None:
         return needed_since + phase * spread_s
     return last_write + spread_s
+
+
+@dataclass(slots=True)
+class FallbackSpread:
+    """One replica's place in its fleet's spread of fallback writes (`fallback_write_at`): its
+    `phase` (drawn once by the caller), the spread its last grant named, and since that grant
+    when a write was first needed and when the last one went out. The Lease keeper and the load
+    generator that plays it both keep one."""
+
+    phase: float
+    spread: float = 0.0
+    needed_since: float | None = None
+    last_write: float | None = None
+
+    def granted(self, spread: float) -> None:
+        """A grant: its spread counts from now on, and the count of needed writes starts over."""
+        self.spread = spread
+        self.needed_since = self.last_write = None
+
+    def until_write(self, now: float) -> float:
+        """Seconds until the write may go out (0 or less: now); called once the validity no
+        longer covers waiting (`fallback_write_may_wait`)."""
+        if self.needed_since is None:
+            self.needed_since = now
+        slot = fallback_write_at(
+            needed_since=self.needed_since, last_write=self.last_write, spread_s=self.spread, phase=self.phase
+        )
+        return slot - now
+
+    def wrote(self, now: float) -> None:
+        self.last_write = now
 
 
 def stuck_refusal(progress: Mapping[str, float], max_poll_interval_s: float | None) -> str | None:
