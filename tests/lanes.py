@@ -36,6 +36,8 @@ from typing import Literal
 
 import pytest
 
+from groupops.devstack.process import PORT_BAND_VARIABLE
+
 Lane = Literal["timed", "shared", "spark"]
 LANES: tuple[Lane, ...] = ("timed", "shared", "spark")
 SHARED_NICENESS = 10
@@ -111,6 +113,13 @@ class LaneRun:
         return (self.ended or time.monotonic()) - self.started
 
 
+def lane_environment(lane: Lane) -> dict[str, str]:
+    """The lane's environment: ours, and a band of ports of its own for the servers its tests
+    start (`devstack.process.free_port`): lanes draw ports at the same time, and a port one lane
+    drew but has not bound yet must not be another lane's draw."""
+    return {**os.environ, PORT_BAND_VARIABLE: f"{LANES.index(lane)}/{len(LANES)}"}
+
+
 def start_lane(lane: Lane, pytest_args: list[str], log: Path, *, live: bool) -> LaneRun:
     """One pytest process for `lane`, its output in `log` (a live lane's through `finish`)."""
     command = [sys.executable, "-m", "pytest", f"--lane={lane}", *pytest_args]
@@ -121,7 +130,10 @@ def start_lane(lane: Lane, pytest_args: list[str], log: Path, *, live: bool) -> 
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as sink:
         process = subprocess.Popen(
-            command, stdout=subprocess.PIPE if live else sink, stderr=subprocess.STDOUT
+            command,
+            stdout=subprocess.PIPE if live else sink,
+            stderr=subprocess.STDOUT,
+            env=lane_environment(lane),
         )
     return LaneRun(lane=lane, process=process, log=log, live=live, started=time.monotonic())
 

@@ -307,7 +307,12 @@ def operator_fixture(
         kubeconfig=kube_config, namespace=namespace, log_path=tmp_path / "operator.log", extra=list(extra)
     )
     operator.start()
-    operator.wait_started(timeout=STARTUP_TIMEOUT_S)
+    try:
+        operator.wait_started(timeout=STARTUP_TIMEOUT_S)
+    except BaseException:  # an operator that never came up is stopped, not left behind
+        operator.stop()
+        print(f"--- operator log ({namespace}) ---\n{operator.log_tail(60)}")
+        raise
     try:
         yield operator
     finally:

@@ -27,6 +27,7 @@ from pathlib import Path
 from groupops.devstack.errors import StartError
 
 __all__ = [
+    "PORT_BAND_VARIABLE",
     "ManagedProcess",
     "free_port",
     "is_ours",
@@ -50,14 +51,22 @@ _GIVEN: dict[socket.SocketKind, set[int]] = {socket.SOCK_STREAM: set(), socket.S
 the first yet (a random draw repeated itself for two flags of one operator in CI)."""
 
 
+PORT_BAND_VARIABLE = "GROUPOPS_PORT_BAND"
+"""`K/N`: this process draws its ports from the K-th of N equal bands of the range (0-based), so
+that processes drawing at once (the test lanes, tests/lanes.py) never draw the same port: a port
+is free when drawn, but the server given it binds it later, and another process's draw in
+between could take it (docs/design.md §11)."""
+
+
 def free_port(kind: socket.SocketKind = socket.SOCK_STREAM) -> int:
     """A port on 127.0.0.1 that was free a moment ago, drawn at random below the kernel's
-    ephemeral range: a port from that range (the kernel's pick for port 0) can be handed to any
-    process's outgoing connection, or to the next caller's port 0, before the server that was
-    given it binds it. Falls back to the kernel's pick when no port below the range is free."""
-    low = _ephemeral_start()
+    ephemeral range (within this process's band, `PORT_BAND_VARIABLE`): a port from that range
+    (the kernel's pick for port 0) can be handed to any process's outgoing connection, or to the
+    next caller's port 0, before the server that was given it binds it. Falls back to the
+    kernel's pick when no port below the range is free."""
+    low, high = _port_band(_LISTEN_PORTS_FROM, _ephemeral_start())
     for _ in range(64):
-        port = random.randrange(_LISTEN_PORTS_FROM, low) if low > _LISTEN_PORTS_FROM + 1000 else 0
+        port = random.randrange(low, high) if high > low + 1000 else 0
         if port in _GIVEN[kind]:
             continue  # two draws of one command (--health-port, --metrics-port) must differ
         with socket.socket(socket.AF_INET, kind) as probe:
@@ -72,6 +81,21 @@ def free_port(kind: socket.SocketKind = socket.SOCK_STREAM) -> int:
         probe.bind(("127.0.0.1", 0))
         fallback: int = probe.getsockname()[1]
         return fallback
+
+
+def _port_band(low: int, high: int) -> tuple[int, int]:
+    """[low, high) narrowed to this process's band (the whole of it without one)."""
+    band = os.environ.get(PORT_BAND_VARIABLE)
+    if not band:
+        return low, high
+    try:
+        index, count = (int(part) for part in band.split("/"))
+    except ValueError:
+        raise ValueError(f"{PORT_BAND_VARIABLE} must be K/N with 0 <= K < N, got {band!r}") from None
+    if not 0 <= index < count:
+        raise ValueError(f"{PORT_BAND_VARIABLE} must be K/N with 0 <= K < N, got {band!r}")
+    width = (high - low) // count
+    return low + index * width, low + (index + 1) * width
 
 
 def _ephemeral_start() -> int:
