@@ -3,6 +3,7 @@ consumer replica, on the real API server (kube-apiserver + etcd of `groupops.dev
 
     env -u KUBECONFIG .venv/bin/python benchmarks/liveness_load.py [--counts 100 1000]
         [--modes renewal heartbeat heartbeat-kubelet] [--steady 60] [--crashes 10] [--takeovers 0]
+        [--handovers 0]
         [--lag-source static|kafka] [--busy-topics T] [--produce-rate 2000]
         [--operator-arg=--FLAG=VALUE ...] [--json FILE]
 
@@ -84,7 +85,11 @@ Measured, per (N, mode):
    holder, heartbeats granted again to the first, 99 % and 100 % of the live replicas, the
    crashed replica's partitions moved in a plan; counted from the kill until all are granted:
    the replicas' fallback Lease writes, fences of live replicas, validity lapses, the most
-   replicas invalid at once. The killed operator comes back as the next round's standby.
+   replicas invalid at once. The killed operator comes back as the next round's standby;
+6. with `--handovers K` (heartbeat modes, after any takeovers): K rounds of the same with the
+   leader SIGTERMed, as a rolling update of the operator stops it, and no replica crashed: a
+   handover, which should cost the fleet no pause and no Lease write; also when the old leader
+   exited.
 
 At the end it prints the figures as JSON and the RESULTS.md table (one column per mode and N).
 """
@@ -104,6 +109,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -1848,10 +1854,14 @@ class Point:
             "uptime": machine_load(),
         }
 
-    def takeovers(self, count: int, standby: OperatorProcess, timeout: float) -> None:
+    def takeovers(
+        self, count: int, standby: OperatorProcess, timeout: float, *, graceful: bool = False
+    ) -> None:
         """Leader takeover under load, `count` times: with a standby operator running (started
         here, standing by, its caches synced), SIGKILL the leader and, at the same moment, crash
-        one replica that owns partitions (as a node lost with both would). Timed from the kill:
+        one replica that owns partitions (as a node lost with both would); with `graceful`,
+        SIGTERM the leader instead, as a rolling update of the operator does, and crash no
+        replica (a handover: nothing should pause). Timed from the kill:
         the election Lease's holder changing (takeover), the first and then 99 % and 100 % of
         the live replicas granted a heartbeat again (by the new leader: the old one is dead), and
         the crashed replica's partitions leaving its set in a published plan. Counted between
@@ -1871,23 +1881,38 @@ class Point:
                     standby.start()  # a standby does not start kopf: no `wait_started`
                 wait_until("the standby to stand by", standby.stands_by, 60, standby)
                 self.settle(timeout * 4, key=f"settle_before_takeover_{i + 1}")
-                target = self._crash_target(i, count, groups, crashed)
-                assert target is not None, "no replica owns partitions"
-                policy, ordinal, epoch, held = target
-                crashed.add(policy)
-                identity = identity_name(groups[policy], ordinal)
+                target = None if graceful else self._crash_target(i, count, groups, crashed)
+                assert graceful or target is not None, "no replica owns partitions"
                 deposed = election_holder(api, self.observer.namespace)
                 before = self.generator.call("stats")
                 killed_wall, killed = time.time(), time.monotonic()
-                leader.kill()
-                self.generator.call("crash", policy=policy, ordinal=ordinal)
+                exited: dict[str, Any] = {}
+                if graceful:
+                    assert leader.process is not None
+                    leader.process.send_signal(signal.SIGTERM)
+                    exited = reaped_in_background(leader.process, since=killed)
+                else:
+                    leader.kill()
+                if target is not None:
+                    policy, ordinal, epoch, held = target
+                    crashed.add(policy)
+                    identity = identity_name(groups[policy], ordinal)
+                    self.generator.call("crash", policy=policy, ordinal=ordinal)
                 result = self._after_kill(api, deposed, killed_wall, killed, timeout)
-                moved_at = None
-                while moved_at is None and time.monotonic() - killed < timeout:
-                    moved_at = self.observer.moved_away(policy, identity, held, epoch)
-                    if moved_at is None:
-                        time.sleep(0.05)
-                result["crash_to_plan_s"] = None if moved_at is None else round(moved_at - killed_wall, 2)
+                if target is not None:
+                    moved_at = None
+                    while moved_at is None and time.monotonic() - killed < timeout:
+                        moved_at = self.observer.moved_away(policy, identity, held, epoch)
+                        if moved_at is None:
+                            time.sleep(0.05)
+                    result["crash_to_plan_s"] = None if moved_at is None else round(moved_at - killed_wall, 2)
+                    result |= {"identity": identity, "owned": len(held)}
+                else:
+                    leader.stop()  # reaps it (SIGKILL after 20 s)
+                    result["old_leader_exit_s"], result["old_leader_exit_code"] = (
+                        exited.get("s"),
+                        exited.get("code"),
+                    )
                 # The window ends when every live replica was granted again (else now).
                 counts = result.pop("counts_at_all_granted", None) or self.generator.call("stats")["counts"]
                 result["in_window"] = {
@@ -1898,7 +1923,7 @@ class Point:
                 result["fallback_lease_puts"] = sum(
                     v for k, v in result["in_window"].items() if k.startswith("lease_put")
                 )
-                result |= {"identity": identity, "owned": len(held), "uptime": machine_load()}
+                result["uptime"] = machine_load()
                 results.append(result)
                 print(f"  takeover {i + 1}/{count}: {json.dumps(result)}", flush=True)
                 leader, standby = standby, leader
@@ -1910,7 +1935,7 @@ class Point:
             values = [r[key] for r in results if r.get(key) is not None]
             return {k: round(v, 2) for k, v in spread(values).items()}
 
-        self.figures["takeover"] = {
+        self.figures["handover" if graceful else "takeover"] = {
             "rounds": len(results),
             **{key: figure(key) for key in (*TAKEOVER_TIMES, "crash_to_plan_s", "fallback_lease_puts")},
             "each": results,
@@ -2098,7 +2123,9 @@ def point(mode: str, count: int, args: argparse.Namespace, workdir: Path) -> dic
         if mode.startswith("heartbeat"):
             # With --takeovers a standby answers on a port of its own; both operators render the
             # same pods (both addresses), as the chart's replicas do.
-            ports = [free_port(socket.SOCK_DGRAM) for _ in range(2 if args.takeovers else 1)]
+            ports = [
+                free_port(socket.SOCK_DGRAM) for _ in range(2 if args.takeovers or args.handovers else 1)
+            ]
             heartbeat_port = ports[0]
             heartbeat_address = ",".join(f"127.0.0.1:{port}" for port in ports)
             addresses = [arg for port in ports for arg in ("--heartbeat-address", f"127.0.0.1:{port}")]
@@ -2107,7 +2134,7 @@ def point(mode: str, count: int, args: argparse.Namespace, workdir: Path) -> dic
                 extra += ["--heartbeat-interval", str(args.heartbeat_interval)]
             if mode == "heartbeat-thread":
                 extra.append("--no-heartbeat-process")
-            if args.takeovers:
+            if args.takeovers or args.handovers:
                 standby = OperatorProcess(
                     kubeconfig=cluster.kubeconfig,
                     namespace=namespace,
@@ -2202,6 +2229,9 @@ def point(mode: str, count: int, args: argparse.Namespace, workdir: Path) -> dic
         run.figures["operator_log"] = log_problems(operator.log_path)
         if standby is not None:
             run.takeovers(args.takeovers, standby, args.takeover_timeout)
+            if args.handovers:
+                other = standby if run.operator is operator else operator
+                run.takeovers(args.handovers, other, args.takeover_timeout, graceful=True)
             run.figures["takeover_logs"] = {
                 "first": log_problems(operator.log_path),
                 "second": log_problems(standby.log_path),
@@ -2209,6 +2239,19 @@ def point(mode: str, count: int, args: argparse.Namespace, workdir: Path) -> dic
         run.figures["observer_relists"] = observer.relists
         run.figures["uptime_end"] = machine_load()
         return run.figures
+
+
+def reaped_in_background(process: subprocess.Popen[bytes], *, since: float) -> dict[str, Any]:
+    """Wait for `process` in a thread; the dict gets its exit `code` and the seconds from `since`
+    (monotonic) to its exit, `s`, once it exited."""
+    exited: dict[str, Any] = {}
+
+    def reap() -> None:
+        code = process.wait()
+        exited.update(code=code, s=round(time.monotonic() - since, 2))
+
+    threading.Thread(target=reap, name="reaper", daemon=True).start()
+    return exited
 
 
 def markdown_table(figures: dict[str, dict[str, Any]]) -> str:
@@ -2408,6 +2451,13 @@ def main() -> int:
         type=int,
         default=0,
         help="heartbeat modes: leader takeovers (a standby started, the leader SIGKILLed with a replica)",
+    )
+    parser.add_argument(
+        "--handovers",
+        type=int,
+        default=0,
+        help="heartbeat modes: after the takeovers, graceful handovers (the leader SIGTERMed, as a "
+        "rolling update of the operator does; no replica crashed)",
     )
     parser.add_argument(
         "--takeover-timeout", type=float, default=60.0, help="seconds to wait for each takeover's figures"

@@ -2,12 +2,14 @@
 processes): one leads at a time, a SIGKILLed leader is replaced within the election Lease's
 duration, and whatever happens to the plan ConfigMap (deleted, an older plan restored, edited by
 hand) while both run, no partition is ever consumed by two replicas, nothing is lost and the
-epoch the consumers follow only goes forward.
+epoch the consumers follow only goes forward. A rolling update (the leader SIGTERMed) hands over at
+once, exits cleanly and pauses no replica.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +23,7 @@ from tests.e2e.consumer_e2e import PolicyStack, StackFactory, rewrite_plan_by_ha
 from tests.e2e.operator_support import OperatorProcess, election_holder
 from tests.e2e.runtime_support import SteadyProducer
 from tests.e2e.test_failover import first_processed_by
+from tests.e2e.test_heartbeat_liveness import total
 from tests.e2e.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -241,3 +244,88 @@ def test_the_leader_and_the_active_replica_dying_together_fail_over_within_ten_s
         finally:
             second.stop()
             print(f"--- second operator ---\n{second.log_tail(30)}")
+
+
+HANDOVER_BOUND_S = 2.0
+"""A stepped-down leader's standby leads within this (it watches the election Lease and takes an
+unheld one at once; the Lease's own duration is not waited out)."""
+
+
+def test_a_rolling_update_of_the_operator_hands_over_without_pausing_a_replica(
+    new_stack: StackFactory, tmp_path: Path
+) -> None:
+    """The leader SIGTERMed beside a standby, as `kubectl rollout restart` or a chart upgrade
+    does: it steps down and exits cleanly (status 0, nothing critical logged), the standby leads
+    at once, and every replica keeps its validity on heartbeats throughout: none fences itself,
+    each keeps processing, and nothing is lost or processed by two."""
+    with new_stack(partitions=PARTITIONS, lease_seconds=None, operator_tick=None) as s:
+        second = OperatorProcess(
+            kubeconfig=s.api.kubeconfig,
+            namespace=s.namespace,
+            log_path=tmp_path / "operator-2.log",
+            tick=None,
+        )
+        second.start()
+        try:
+            identities = [s.identity(i) for i in range(3)]
+            s.apply(strategy={"type": "range", "autoOffsetReset": "earliest"}, consumers={"replicas": 3})
+            wait_for(
+                "3 replicas on the first plan",
+                lambda: s.settled(identities),
+                240,
+                interval=0.5,
+                explain=s.diagnostics,
+            )
+            wait_for("one leader", lambda: s.operator.leads() != second.leads(), 30, interval=0.2)
+            leader, standby = (s.operator, second) if s.operator.leads() else (second, s.operator)
+            producer = SteadyProducer(s.bootstrap, s.topic, PARTITIONS, total=4_000, rate=200).start()
+            wait_for(
+                "every replica granted heartbeats",
+                lambda: all(
+                    replica_total(s, i, "groupops_consumer_heartbeats_total", answer="granted") >= 3
+                    for i in range(3)
+                ),
+                60,
+                interval=0.5,
+            )
+            fences = [replica_total(s, i, "groupops_consumer_self_fences_total") for i in range(3)]
+            processed = [replica_total(s, i, "groupops_consumer_messages_processed_total") for i in range(3)]
+
+            deposed = holder(s)
+            stopped_at = time.monotonic()
+            assert leader.process is not None
+            leader.process.send_signal(signal.SIGTERM)
+            wait_for("the standby to lead", lambda: holder(s) not in (None, deposed), 30, interval=0.02)
+            took = time.monotonic() - stopped_at
+            code = leader.process.wait(timeout=30)
+            print(
+                f"\nrolling update: the standby led {took:.2f} s after the leader's SIGTERM; it exited {code}"
+            )
+            assert code == 0, f"a graceful stop exits 0, got {code}\n{leader.log_tail(20)}"
+            assert "CRITICAL" not in leader.log_path.read_text(errors="replace"), leader.log_tail(20)
+            assert took <= HANDOVER_BOUND_S + TAKEOVER_ALLOWANCE_S
+            wait_for("the new leader to run", standby.leads, 30, interval=0.2)
+            time.sleep(3 * s.lease_seconds)  # longer than any replica's validity without a grant
+
+            assert [replica_total(s, i, "groupops_consumer_self_fences_total") for i in range(3)] == fences, (
+                "a replica stopped consuming during the handover"
+            )
+            now = [replica_total(s, i, "groupops_consumer_messages_processed_total") for i in range(3)]
+            assert all(n > p for n, p in zip(now, processed, strict=True)), (
+                f"processing stalled: {processed} -> {now}"
+            )
+            report = s.wait_processed(producer.wait().acked)
+            print(report.summary())
+            assert report.overlaps == []
+            assert report.unexplained == []
+        finally:
+            second.stop()
+            print(f"--- second operator ---\n{second.log_tail(30)}")
+
+
+def replica_total(s: PolicyStack, ordinal: int, name: str, **labels: str) -> float:
+    """The sum of `name` (with `labels`) on the /metrics of replica `ordinal`'s running process."""
+    run = next(
+        r for r in reversed(s.kubelet.history) if r.identity == s.identity(ordinal) and r.process.alive()
+    )
+    return total(run.process.env["GROUPOPS_METRICS_PORT"], name, **labels)

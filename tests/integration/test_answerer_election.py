@@ -278,3 +278,9 @@ def test_a_step_down_hands_over_at_once_and_the_answerers_requests_are_counted(
     won_at = candidate.won_at()
     assert won_at is not None and won_at - released_at < LEASE_S, "the standby waited the Lease out"
     assert not lost, "a step-down is not a loss"
+    # Then the operator stops its answering process, as a graceful shutdown does: not a loss
+    # either (it once ended every rolling update with "leadership lost" and exit status 3,
+    # before the history producer was flushed).
+    answerer.stop()
+    time.sleep(0.5)
+    assert not lost, "the answering process stopping after a step-down is not a loss"

@@ -272,6 +272,9 @@ class AnswererElection:
         self._on_lost: Callable[[str], None] | None = None
         self._ended: str | None = None
         """Why the election ended (lost, or the host failed), once it has."""
+        self._stepped_down = False
+        """`release` was called: what ends the election after it (the host stopping on shutdown)
+        is no loss, and `on_lost` is not called for it."""
         self.term = 0
         threading.Thread(target=self._receive, name="election-reports", daemon=True).start()
         threading.Thread(target=self._pulse, name="election-pulse", daemon=True).start()
@@ -318,6 +321,7 @@ class AnswererElection:
         self._pulsing.clear()
         with self._lock:
             self._valid_until = 0.0
+            self._stepped_down = True
         self._send("release")
         if not self._released.wait(RELEASE_WAIT_S):
             log.warning("the answering process did not step down within %.0f s", RELEASE_WAIT_S)
@@ -356,6 +360,6 @@ class AnswererElection:
             if self._ended is not None:
                 return
             self._ended = reason
-            on_lost = self._on_lost
+            on_lost = None if self._stepped_down else self._on_lost
         if on_lost is not None:
             on_lost(reason)
