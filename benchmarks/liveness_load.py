@@ -88,8 +88,9 @@ Measured, per (N, mode):
    replicas invalid at once. The killed operator comes back as the next round's standby;
 6. with `--handovers K` (heartbeat modes, after any takeovers): K rounds of the same with the
    leader SIGTERMed, as a rolling update of the operator stops it, and no replica crashed: a
-   handover, which should cost the fleet no pause and no Lease write; also when the old leader
-   exited.
+   handover, which should cost the fleet no pause and hardly a Lease write. The old leader grants
+   until it steps down, so "granted again" counts the new leader's grants (after the election
+   Lease's holder changed); also when and with what status the old leader exited.
 
 At the end it prints the figures as JSON and the RESULTS.md table (one column per mode and N).
 """
@@ -1898,7 +1899,7 @@ class Point:
                     crashed.add(policy)
                     identity = identity_name(groups[policy], ordinal)
                     self.generator.call("crash", policy=policy, ordinal=ordinal)
-                result = self._after_kill(api, deposed, killed_wall, killed, timeout)
+                result = self._after_kill(api, deposed, killed_wall, killed, timeout, graceful=graceful)
                 if target is not None:
                     moved_at = None
                     while moved_at is None and time.monotonic() - killed < timeout:
@@ -1908,7 +1909,10 @@ class Point:
                     result["crash_to_plan_s"] = None if moved_at is None else round(moved_at - killed_wall, 2)
                     result |= {"identity": identity, "owned": len(held)}
                 else:
-                    leader.stop()  # reaps it (SIGKILL after 20 s)
+                    assert leader.process is not None
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        leader.process.wait(timeout=30)  # its own shutdown: a second SIGTERM would kill it
+                    leader.stop()  # reaps it (SIGKILL after 20 s more)
                     result["old_leader_exit_s"], result["old_leader_exit_code"] = (
                         exited.get("s"),
                         exited.get("code"),
@@ -1948,20 +1952,26 @@ class Point:
         killed_wall: float,
         killed_at: float,
         timeout: float,
+        *,
+        graceful: bool = False,
     ) -> dict[str, Any]:
-        """Poll the election Lease and the generator until every live replica was granted again."""
+        """Poll the election Lease and the generator until every live replica was granted again:
+        after the kill, or, `graceful` (the old leader grants on until it steps down), after the
+        new leader took over."""
         result: dict[str, Any] = dict.fromkeys(TAKEOVER_TIMES)
         most_invalid = 0
         timeline: list[dict[str, Any]] = []
         sampled: dict[str, Any] | None = None
+        granted_after = None if graceful else killed_wall
         while time.monotonic() - killed_at < timeout and result["all_granted_s"] is None:
             if result["takeover_s"] is None and election_holder(api, self.observer.namespace) not in (
                 None,
                 deposed,
             ):
                 result["takeover_s"] = round(time.monotonic() - killed_at, 2)
+                granted_after = granted_after or time.time()
             elapsed = round(time.monotonic() - killed_at, 2)
-            stats = self.generator.call("stats", granted_after=killed_wall)
+            stats = self.generator.call("stats", granted_after=granted_after or killed_wall + 1e9)
             most_invalid = max(most_invalid, stats["invalid_now"])
             granted, live = stats["granted_after"], stats["held"]
             if result["first_granted_s"] is None and granted > 0:
