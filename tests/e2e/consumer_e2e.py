@@ -30,7 +30,7 @@ from tests.e2e.operator_support import (
     install_crd,
     kubetool,
 )
-from tests.e2e.runtime_support import create_topic, scrape
+from tests.e2e.runtime_support import create_topic, scrape, total
 from tests.e2e.waiting import wait_for
 
 
@@ -155,8 +155,15 @@ class PolicyStack:
 
     def metrics_of(self, identity: str) -> dict[str, float]:
         """The unlabelled series a running replica of `identity` serves (name -> value)."""
+        return scrape(self._metrics_port(identity))
+
+    def metric_total(self, identity: str, name: str, **labels: str) -> float:
+        """The sum of `name`'s samples with `labels` that a running replica of `identity` serves."""
+        return total(self._metrics_port(identity), name, **labels)
+
+    def _metrics_port(self, identity: str) -> str:
         run = next(r for r in reversed(self.kubelet.history) if r.identity == identity and r.process.alive())
-        return scrape(run.process.env["GROUPOPS_METRICS_PORT"])
+        return run.process.env["GROUPOPS_METRICS_PORT"]
 
     def state(self) -> str:
         """The plan and every Lease as the API server has them now (for a failed wait)."""

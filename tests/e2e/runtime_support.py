@@ -213,6 +213,18 @@ def scrape(port: int | str) -> dict[str, float]:
     }
 
 
+def total(port: int | str, name: str, **labels: str) -> float:
+    """The sum of the samples `name` with `labels` served on /metrics at `port`."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
+    )
+
+
 class CommittedOffsets:
     """Reads the group's committed offsets of `partitions` partitions every `every_s` in a thread
     (tests/e2e/test_handoff_churn.py reads every partition of a topic that grows, through the Admin

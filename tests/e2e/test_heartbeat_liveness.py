@@ -12,14 +12,12 @@ consumer processes, real broker.
 from __future__ import annotations
 
 import time
-import urllib.request
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from groupops.planner.wire import lease_name
 from tests.e2e.consumer_e2e import PolicyStack, StackFactory
-from tests.e2e.runtime_support import SteadyProducer
+from tests.e2e.runtime_support import SteadyProducer, total
 from tests.e2e.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -39,28 +37,13 @@ def lease_versions(s: PolicyStack) -> dict[str, str]:
     return versions
 
 
-def total(port: int | str, name: str, **labels: str) -> float:
-    """The sum of the samples `name` with `labels` served on /metrics at `port`."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    return sum(
-        sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
-    )
-
-
 def granted(s: PolicyStack) -> float:
     """Heartbeats the operator granted since its current start."""
     return total(s.operator.metrics_port, "groupops_operator_heartbeats_total", answer="granted")
 
 
 def processed(s: PolicyStack, ordinal: int) -> float:
-    run = next(
-        r for r in reversed(s.kubelet.history) if r.identity == s.identity(ordinal) and r.process.alive()
-    )
-    return total(run.process.env["GROUPOPS_METRICS_PORT"], "groupops_consumer_messages_processed_total")
+    return s.metric_total(s.identity(ordinal), "groupops_consumer_messages_processed_total")
 
 
 def test_heartbeats_keep_replicas_alive_without_lease_writes_and_leases_take_over_when_the_operator_is_gone(

@@ -12,7 +12,8 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,6 @@ from tests.e2e.consumer_e2e import PolicyStack, StackFactory, rewrite_plan_by_ha
 from tests.e2e.operator_support import OperatorProcess, election_holder
 from tests.e2e.runtime_support import SteadyProducer
 from tests.e2e.test_failover import first_processed_by
-from tests.e2e.test_heartbeat_liveness import total
 from tests.e2e.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -84,23 +84,29 @@ class EpochWatch:
         self.highest = max(self.highest, epoch)
 
 
+@contextmanager
+def second_operator(s: PolicyStack, tmp_path: Path, **options: Any) -> Iterator[OperatorProcess]:
+    """Another operator on the stack's namespace, started (it campaigns beside the stack's own),
+    stopped and its log's tail printed at the end."""
+    second = OperatorProcess(
+        kubeconfig=s.api.kubeconfig, namespace=s.namespace, log_path=tmp_path / "operator-2.log", **options
+    )
+    second.start()
+    try:
+        yield second
+    finally:
+        second.stop()
+        print(f"--- second operator ---\n{second.log_tail(30)}")
+
+
 def test_two_operators_lead_one_at_a_time_and_never_let_two_replicas_own_a_partition(
     new_stack: StackFactory, tmp_path: Path
 ) -> None:
-    with new_stack(partitions=PARTITIONS) as s:
-        first = s.operator
-        second = OperatorProcess(
-            kubeconfig=s.api.kubeconfig,
-            namespace=s.namespace,
-            log_path=tmp_path / "operator-2.log",
-            extra=["--lease-duration", str(s.lease_seconds)],
-        )
-        second.start()  # both campaign at once
-        try:
-            _run_scenario(s, first, second)
-        finally:
-            second.stop()
-            print(f"--- second operator ---\n{second.log_tail(40)}")
+    with (
+        new_stack(partitions=PARTITIONS) as s,
+        second_operator(s, tmp_path, extra=["--lease-duration", str(s.lease_seconds)]) as second,
+    ):
+        _run_scenario(s, s.operator, second)  # both campaign at once
 
 
 def _run_scenario(s: PolicyStack, first: OperatorProcess, second: OperatorProcess) -> None:
@@ -203,47 +209,39 @@ def test_the_leader_and_the_active_replica_dying_together_fail_over_within_ten_s
 ) -> None:
     # The two died with their node: the crashed replica is not restarted within the test (a
     # restart on the same node could take its own Lease back before the new leader judges it).
-    with new_stack(partitions=PARTITIONS, lease_seconds=None, operator_tick=None, restart_delay=600.0) as s:
-        second = OperatorProcess(
-            kubeconfig=s.api.kubeconfig,
-            namespace=s.namespace,
-            log_path=tmp_path / "operator-2.log",
-            tick=None,
+    with (
+        new_stack(partitions=PARTITIONS, lease_seconds=None, operator_tick=None, restart_delay=600.0) as s,
+        second_operator(s, tmp_path, tick=None) as second,
+    ):
+        active, standby = s.identity(0), s.identity(1)
+        s.apply(
+            strategy={"type": "failover", "failback": False, "autoOffsetReset": "earliest"},
+            lagSource={"type": "static", "static": {"lags": {s.topic: [1] * PARTITIONS}}},
+            consumers={"replicas": 2, "priorities": {active: 20, standby: 10}},
         )
-        second.start()
-        try:
-            active, standby = s.identity(0), s.identity(1)
-            s.apply(
-                strategy={"type": "failover", "failback": False, "autoOffsetReset": "earliest"},
-                lagSource={"type": "static", "static": {"lags": {s.topic: [1] * PARTITIONS}}},
-                consumers={"replicas": 2, "priorities": {active: 20, standby: 10}},
-            )
-            wait_for(
-                "the active owning everything, the standby acknowledging",
-                lambda: s.owner_of_everything() == active and s.settled([active, standby]),
-                240,
-                interval=0.5,
-                explain=s.diagnostics,
-            )
-            wait_for("one leader", lambda: s.operator.leads() != second.leads(), 30, interval=0.2)
-            leader = s.operator if s.operator.leads() else second
-            producer = SteadyProducer(s.bootstrap, s.topic, PARTITIONS, total=4000, rate=250).start()
-            wait_for("the active consuming", lambda: first_processed_by(s, active, 0.0), 60, interval=0.5)
-            time.sleep(2.0)
+        wait_for(
+            "the active owning everything, the standby acknowledging",
+            lambda: s.owner_of_everything() == active and s.settled([active, standby]),
+            240,
+            interval=0.5,
+            explain=s.diagnostics,
+        )
+        wait_for("one leader", lambda: s.operator.leads() != second.leads(), 30, interval=0.2)
+        leader = s.operator if s.operator.leads() else second
+        producer = SteadyProducer(s.bootstrap, s.topic, PARTITIONS, total=4000, rate=250).start()
+        wait_for("the active consuming", lambda: first_processed_by(s, active, 0.0), 60, interval=0.5)
+        time.sleep(2.0)
 
-            killed_at = time.time()
-            leader.kill()
-            s.kubelet.crash(s.pod(0))
-            first = wait_for("the standby consuming", lambda: first_processed_by(s, standby, killed_at), 60)
-            took = first - killed_at
-            print(f"\nleader and active replica killed together -> standby consuming: {took:.2f} s")
-            assert took <= TOGETHER_BOUND_S + TAKEOVER_ALLOWANCE_S
-            report = s.wait_processed(producer.wait().acked)
-            assert report.overlaps == []
-            assert report.unexplained == []
-        finally:
-            second.stop()
-            print(f"--- second operator ---\n{second.log_tail(30)}")
+        killed_at = time.time()
+        leader.kill()
+        s.kubelet.crash(s.pod(0))
+        first = wait_for("the standby consuming", lambda: first_processed_by(s, standby, killed_at), 60)
+        took = first - killed_at
+        print(f"\nleader and active replica killed together -> standby consuming: {took:.2f} s")
+        assert took <= TOGETHER_BOUND_S + TAKEOVER_ALLOWANCE_S
+        report = s.wait_processed(producer.wait().acked)
+        assert report.overlaps == []
+        assert report.unexplained == []
 
 
 HANDOVER_BOUND_S = 2.0
@@ -258,74 +256,58 @@ def test_a_rolling_update_of_the_operator_hands_over_without_pausing_a_replica(
     does: it steps down and exits cleanly (status 0, nothing critical logged), the standby leads
     at once, and every replica keeps its validity on heartbeats throughout: none fences itself,
     each keeps processing, and nothing is lost or processed by two."""
-    with new_stack(partitions=PARTITIONS, lease_seconds=None, operator_tick=None) as s:
-        second = OperatorProcess(
-            kubeconfig=s.api.kubeconfig,
-            namespace=s.namespace,
-            log_path=tmp_path / "operator-2.log",
-            tick=None,
+    with (
+        new_stack(partitions=PARTITIONS, lease_seconds=None, operator_tick=None) as s,
+        second_operator(s, tmp_path, tick=None) as second,
+    ):
+        identities = [s.identity(i) for i in range(3)]
+        s.apply(strategy={"type": "range", "autoOffsetReset": "earliest"}, consumers={"replicas": 3})
+        wait_for(
+            "3 replicas on the first plan",
+            lambda: s.settled(identities),
+            240,
+            interval=0.5,
+            explain=s.diagnostics,
         )
-        second.start()
-        try:
-            identities = [s.identity(i) for i in range(3)]
-            s.apply(strategy={"type": "range", "autoOffsetReset": "earliest"}, consumers={"replicas": 3})
-            wait_for(
-                "3 replicas on the first plan",
-                lambda: s.settled(identities),
-                240,
-                interval=0.5,
-                explain=s.diagnostics,
-            )
-            wait_for("one leader", lambda: s.operator.leads() != second.leads(), 30, interval=0.2)
-            leader, standby = (s.operator, second) if s.operator.leads() else (second, s.operator)
-            producer = SteadyProducer(s.bootstrap, s.topic, PARTITIONS, total=4_000, rate=200).start()
-            wait_for(
-                "every replica granted heartbeats",
-                lambda: all(
-                    replica_total(s, i, "groupops_consumer_heartbeats_total", answer="granted") >= 3
-                    for i in range(3)
-                ),
-                60,
-                interval=0.5,
-            )
-            fences = [replica_total(s, i, "groupops_consumer_self_fences_total") for i in range(3)]
-            processed = [replica_total(s, i, "groupops_consumer_messages_processed_total") for i in range(3)]
+        wait_for("one leader", lambda: s.operator.leads() != second.leads(), 30, interval=0.2)
+        leader, standby = (s.operator, second) if s.operator.leads() else (second, s.operator)
+        producer = SteadyProducer(s.bootstrap, s.topic, PARTITIONS, total=4_000, rate=200).start()
+        wait_for(
+            "every replica granted heartbeats",
+            lambda: all(
+                s.metric_total(s.identity(i), "groupops_consumer_heartbeats_total", answer="granted") >= 3
+                for i in range(3)
+            ),
+            60,
+            interval=0.5,
+        )
+        fences = [s.metric_total(s.identity(i), "groupops_consumer_self_fences_total") for i in range(3)]
+        processed = [
+            s.metric_total(s.identity(i), "groupops_consumer_messages_processed_total") for i in range(3)
+        ]
 
-            deposed = holder(s)
-            stopped_at = time.monotonic()
-            assert leader.process is not None
-            leader.process.send_signal(signal.SIGTERM)
-            wait_for("the standby to lead", lambda: holder(s) not in (None, deposed), 30, interval=0.02)
-            took = time.monotonic() - stopped_at
-            code = leader.process.wait(timeout=30)
-            print(
-                f"\nrolling update: the standby led {took:.2f} s after the leader's SIGTERM; it exited {code}"
-            )
-            assert code == 0, f"a graceful stop exits 0, got {code}\n{leader.log_tail(20)}"
-            assert "CRITICAL" not in leader.log_path.read_text(errors="replace"), leader.log_tail(20)
-            assert took <= HANDOVER_BOUND_S + TAKEOVER_ALLOWANCE_S
-            wait_for("the new leader to run", standby.leads, 30, interval=0.2)
-            time.sleep(3 * s.lease_seconds)  # longer than any replica's validity without a grant
+        deposed = holder(s)
+        stopped_at = time.monotonic()
+        assert leader.process is not None
+        leader.process.send_signal(signal.SIGTERM)
+        wait_for("the standby to lead", lambda: holder(s) not in (None, deposed), 30, interval=0.02)
+        took = time.monotonic() - stopped_at
+        code = leader.process.wait(timeout=30)
+        print(f"\nrolling update: the standby led {took:.2f} s after the leader's SIGTERM; it exited {code}")
+        assert code == 0, f"a graceful stop exits 0, got {code}\n{leader.log_tail(20)}"
+        assert "CRITICAL" not in leader.log_path.read_text(errors="replace"), leader.log_tail(20)
+        assert took <= HANDOVER_BOUND_S + TAKEOVER_ALLOWANCE_S
+        wait_for("the new leader to run", standby.leads, 30, interval=0.2)
+        time.sleep(3 * s.lease_seconds)  # longer than any replica's validity without a grant
 
-            assert [replica_total(s, i, "groupops_consumer_self_fences_total") for i in range(3)] == fences, (
-                "a replica stopped consuming during the handover"
-            )
-            now = [replica_total(s, i, "groupops_consumer_messages_processed_total") for i in range(3)]
-            assert all(n > p for n, p in zip(now, processed, strict=True)), (
-                f"processing stalled: {processed} -> {now}"
-            )
-            report = s.wait_processed(producer.wait().acked)
-            print(report.summary())
-            assert report.overlaps == []
-            assert report.unexplained == []
-        finally:
-            second.stop()
-            print(f"--- second operator ---\n{second.log_tail(30)}")
-
-
-def replica_total(s: PolicyStack, ordinal: int, name: str, **labels: str) -> float:
-    """The sum of `name` (with `labels`) on the /metrics of replica `ordinal`'s running process."""
-    run = next(
-        r for r in reversed(s.kubelet.history) if r.identity == s.identity(ordinal) and r.process.alive()
-    )
-    return total(run.process.env["GROUPOPS_METRICS_PORT"], name, **labels)
+        assert [
+            s.metric_total(s.identity(i), "groupops_consumer_self_fences_total") for i in range(3)
+        ] == fences, "a replica stopped consuming during the handover"
+        now = [s.metric_total(s.identity(i), "groupops_consumer_messages_processed_total") for i in range(3)]
+        assert all(n > p for n, p in zip(now, processed, strict=True)), (
+            f"processing stalled: {processed} -> {now}"
+        )
+        report = s.wait_processed(producer.wait().acked)
+        print(report.summary())
+        assert report.overlaps == []
+        assert report.unexplained == []
