@@ -1971,9 +1971,9 @@ class Point:
                 result["takeover_s"] = round(time.monotonic() - killed_at, 2)
                 granted_after = granted_after or time.time()
             elapsed = round(time.monotonic() - killed_at, 2)
-            stats = self.generator.call("stats", granted_after=granted_after or killed_wall + 1e9)
+            stats = self.generator.call("stats", granted_after=granted_after)
             most_invalid = max(most_invalid, stats["invalid_now"])
-            granted, live = stats["granted_after"], stats["held"]
+            granted, live = stats["granted_after"] or 0, stats["held"]  # None: no new leader yet
             if result["first_granted_s"] is None and granted > 0:
                 result["first_granted_s"] = elapsed
             if result["p99_granted_s"] is None and granted >= 0.99 * live:

@@ -90,10 +90,10 @@ def _port_band(low: int, high: int) -> tuple[int, int]:
         return low, high
     try:
         index, count = (int(part) for part in band.split("/"))
+        if not 0 <= index < count:
+            raise ValueError
     except ValueError:
         raise ValueError(f"{PORT_BAND_VARIABLE} must be K/N with 0 <= K < N, got {band!r}") from None
-    if not 0 <= index < count:
-        raise ValueError(f"{PORT_BAND_VARIABLE} must be K/N with 0 <= K < N, got {band!r}")
     width = (high - low) // count
     return low + index * width, low + (index + 1) * width
 
