@@ -255,6 +255,31 @@ def test_a_lease_without_a_resource_version_is_read_at_every_heartbeat() -> None
     assert world.beat() is HeartbeatStatus.REFUSED
 
 
+def test_a_lease_changed_in_place_with_a_new_version_is_read_again() -> None:
+    world = World()
+    assert world.beat("p1") is HeartbeatStatus.GRANTED
+    assert world.lease is not None
+    taken = World.lease_object("rv2", LeaseRecord(incarnation="p2", heartbeats=True), holder="worker-0b")
+    world.lease["metadata"].update(taken["metadata"])  # the same object, as a cache may update it
+    world.lease["spec"].update(taken["spec"])
+    assert world.beat("p1") is HeartbeatStatus.REFUSED, "the old holder is refused at once"
+    assert world.beat("p2") is HeartbeatStatus.GRANTED
+    assert world.beat("p1") is HeartbeatStatus.REFUSED, "asked in turn, each process gets its own answer"
+
+
+def test_a_malformed_lease_is_refused_with_its_reason_until_a_new_version_mends_it() -> None:
+    world = World()
+    assert world.lease is not None
+    for key in world.lease["metadata"]["annotations"]:
+        if key.endswith("partitions"):
+            world.lease["metadata"]["annotations"][key] = "not json"
+    world.lease["metadata"]["resourceVersion"] = "rv2"
+    answer = world.book.answer(Heartbeat(namespace=NS, lease=LEASE, incarnation="p1", seq=1))
+    assert answer.status is HeartbeatStatus.REFUSED and "malformed" in answer.reason
+    world.lease = World.lease_object("rv3", LeaseRecord(incarnation="p1", heartbeats=True))
+    assert world.beat() is HeartbeatStatus.GRANTED
+
+
 def test_the_server_answers_every_heartbeat_of_a_burst_and_stops(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(heartbeats, "_BURST", 4)  # one wake-up cannot drain the burst
     world = World()

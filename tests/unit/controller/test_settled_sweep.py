@@ -199,3 +199,32 @@ def test_the_reads_of_one_round_share_one_deadline(pool: ThreadPoolExecutor) -> 
         assert waits == pytest.approx([1.0, 0.6, 0.2, 0.0])
 
     play(pool, scenario, finish_waits=waits)
+
+
+def test_a_policy_parked_again_is_checked_on_its_new_schedule_only(pool: ThreadPoolExecutor) -> None:
+    """The sweep keeps its due checks in time order; the entry a policy left when its loop woke
+    must not check it a second time."""
+
+    async def scenario(clock: Clock, sweep: SettledSweep[Memory, Memory, str]) -> None:
+        early, late = Memory("early"), Memory("late")
+        sweep.park(("ns", "late"), body_of("late"), late, next_check=clock.now + 3 * TICK_S)
+        sweep.park(("ns", "early"), body_of("early"), early, next_check=clock.now + TICK_S)
+        sweep.unpark(("ns", "early"))  # its loop woke, ran, and parks again later
+        sweep.park(("ns", "early"), body_of("early"), early, next_check=clock.now + 2 * TICK_S)
+
+        clock.now += TICK_S
+        await rounds(sweep, 3)
+        assert (early.begun, late.begun) == (0, 0), "the first parking's check is gone"
+
+        clock.now += TICK_S
+        await until(lambda: early.finished == 1)
+        await rounds(sweep, 3)
+        assert (early.begun, late.begun) == (1, 0)
+
+        clock.now += TICK_S
+        await until(lambda: late.finished == 1 and early.finished == 2)
+        await rounds(sweep, 3)
+        assert (early.begun, late.begun) == (2, 1), "each checked once for this tick"
+        assert sweep.parked == 2
+
+    play(pool, scenario)
