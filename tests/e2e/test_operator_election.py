@@ -99,6 +99,22 @@ def second_operator(s: PolicyStack, tmp_path: Path, **options: Any) -> Iterator[
         print(f"--- second operator ---\n{second.log_tail(30)}")
 
 
+def one_leader(first: OperatorProcess, second: OperatorProcess) -> tuple[OperatorProcess, OperatorProcess]:
+    """Wait until exactly one of the two leads; (leader, standby)."""
+    wait_for("one leader", lambda: first.leads() != second.leads(), 30, interval=0.2)
+    return (first, second) if first.leads() else (second, first)
+
+
+def wait_first_plan(s: PolicyStack, identities: list[str]) -> None:
+    wait_for(
+        f"{len(identities)} replicas on the first plan",
+        lambda: s.settled(identities),
+        240,
+        interval=0.5,
+        explain=s.diagnostics,
+    )
+
+
 def test_two_operators_lead_one_at_a_time_and_never_let_two_replicas_own_a_partition(
     new_stack: StackFactory, tmp_path: Path
 ) -> None:
@@ -116,16 +132,9 @@ def _run_scenario(s: PolicyStack, first: OperatorProcess, second: OperatorProces
         consumers={"replicas": 3},
     )
     identities = [s.identity(i) for i in range(3)]
-    wait_for(
-        "3 replicas on the first plan",
-        lambda: s.settled(identities),
-        240,
-        interval=0.5,
-        explain=s.diagnostics,
-    )
-    wait_for("one leader", lambda: first.leads() != second.leads(), 30, interval=0.2)
+    wait_first_plan(s, identities)
+    leader, standby = one_leader(first, second)
     assert holder(s) is not None
-    leader, standby = (first, second) if first.leads() else (second, first)
     assert "standing by" in standby.log_path.read_text(errors="replace")
     original = s.api.get("ConfigMap", s.namespace, plan_configmap_name(s.name))
     assert original is not None
@@ -226,8 +235,7 @@ def test_the_leader_and_the_active_replica_dying_together_fail_over_within_ten_s
             interval=0.5,
             explain=s.diagnostics,
         )
-        wait_for("one leader", lambda: s.operator.leads() != second.leads(), 30, interval=0.2)
-        leader = s.operator if s.operator.leads() else second
+        leader, _ = one_leader(s.operator, second)
         producer = SteadyProducer(s.bootstrap, s.topic, PARTITIONS, total=4000, rate=250).start()
         wait_for("the active consuming", lambda: first_processed_by(s, active, 0.0), 60, interval=0.5)
         time.sleep(2.0)
@@ -262,15 +270,8 @@ def test_a_rolling_update_of_the_operator_hands_over_without_pausing_a_replica(
     ):
         identities = [s.identity(i) for i in range(3)]
         s.apply(strategy={"type": "range", "autoOffsetReset": "earliest"}, consumers={"replicas": 3})
-        wait_for(
-            "3 replicas on the first plan",
-            lambda: s.settled(identities),
-            240,
-            interval=0.5,
-            explain=s.diagnostics,
-        )
-        wait_for("one leader", lambda: s.operator.leads() != second.leads(), 30, interval=0.2)
-        leader, standby = (s.operator, second) if s.operator.leads() else (second, s.operator)
+        wait_first_plan(s, identities)
+        leader, standby = one_leader(s.operator, second)
         producer = SteadyProducer(s.bootstrap, s.topic, PARTITIONS, total=4_000, rate=200).start()
         wait_for(
             "every replica granted heartbeats",
