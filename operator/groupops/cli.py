@@ -6,7 +6,6 @@ failures. `groupops --version` prints the package version; `--install-completion
 
 from __future__ import annotations
 
-import faulthandler
 from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated
 
@@ -15,6 +14,7 @@ import typer
 from groupops.commands import approve, assign, consume, fleet, lag, pipeline, propose, reset_offsets, snapshot
 from groupops.commands import operator as operator_command
 from groupops.commands.options import GroupopsGroup
+from groupops.stacks import dump_stacks_on_usr1
 
 app = typer.Typer(
     name="groupops",
@@ -65,7 +65,5 @@ snapshot.register(app)
 
 
 def main() -> None:
-    # A crash inside a C extension (librdkafka, the Kubernetes client's TLS) would otherwise end
-    # the long-running commands without a word in their log: print the Python stacks first.
-    faulthandler.enable()
+    dump_stacks_on_usr1()
     app()

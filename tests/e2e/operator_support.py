@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -202,6 +203,17 @@ class OperatorProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=10)
+
+    def stacks(self, settle_s: float = 1.0) -> str:
+        """Every thread's stack of the running operator (`kill -USR1`, docs/operations.md "Where
+        a stuck process waits"), as it wrote them to its log; empty when it is not running."""
+        if not self.alive():
+            return ""
+        assert self.process is not None
+        before = len(self.log_path.read_bytes())
+        self.process.send_signal(signal.SIGUSR1)
+        time.sleep(settle_s)  # the dump is written by the signal handler, from another process
+        return self.log_path.read_bytes()[before:].decode(errors="replace")
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])

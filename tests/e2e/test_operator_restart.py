@@ -3,8 +3,11 @@ duplicate pods, every identity once, and the plan's epoch never goes back."""
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -103,7 +106,16 @@ def test_killed_mid_reconcile_converges_without_duplicates_or_epoch_regression(
         )
         return current if ok else None
 
-    final = wait_for("convergence after the restarts", converged, timeout=120)
+    def state() -> str:
+        pods = kubectl.items("pods", namespace, "groupops.dev/policy=crashy")
+        shown = {
+            "pods": sorted((p["metadata"]["name"], p["spec"]["containers"][0]["image"]) for p in pods),
+            "plan": plan_of(kubectl, namespace, "crashy"),
+            "status": (kubectl.get_json("cgp", "crashy", namespace) or {}).get("status"),
+        }
+        return f"{shown}\n--- the last operator's threads ---\n{operator.stacks()}"
+
+    final = wait_for("convergence after the restarts", converged, timeout=120, explain=state)
     assert final["status"]["epoch"] >= max(epochs)
     leases = kubectl.items("leases", namespace, "groupops.dev/policy=crashy")
     assert sorted(lease["metadata"]["name"] for lease in leases) == [
@@ -111,3 +123,29 @@ def test_killed_mid_reconcile_converges_without_duplicates_or_epoch_regression(
     ]
     assert operator.starts == len(changes) + 1
     assert cgp(kubectl, namespace, "crashy")["status"]["replicas"] == replicas
+
+
+def test_usr1_prints_every_thread_and_the_operator_goes_on(
+    kubectl: Kubectl, namespace: str, operator: OperatorProcess
+) -> None:
+    """docs/operations.md "Where a stuck process waits": the dump a stuck policy's report needs,
+    taken from a live operator without stopping it."""
+    operator.wait_started()
+    dump = operator.stacks()
+    threads = dump.count("Thread 0x")
+    assert threads >= 3, f"expected the stack of every thread, got:\n{dump}"
+    assert "groupops/controller/" in dump and "kopf" in dump, dump
+    assert operator.process is not None
+    children = Path(f"/proc/{operator.process.pid}/task/{operator.process.pid}/children").read_text().split()
+    assert children, "the heartbeat answering process is a child of the operator"
+    before = operator.log_path.stat().st_size
+    for child in children:  # the answering process dumps too: the operator would exit if it died
+        os.kill(int(child), signal.SIGUSR1)
+    wait_for("the answering process's stacks", lambda: "heartbeat_process.py" in _since(operator, before))
+    assert operator.alive()
+    kubectl.apply(manifest(2, "c:1"), namespace)
+    wait_for("a plan after the dump", settled(kubectl, namespace, "crashy"), timeout=60)
+
+
+def _since(operator: OperatorProcess, offset: int) -> str:
+    return operator.log_path.read_bytes()[offset:].decode(errors="replace")

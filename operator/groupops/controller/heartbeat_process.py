@@ -62,6 +62,7 @@ from groupops.controller.metrics import Metrics
 from groupops.controller.settings import ElectionSettings
 from groupops.model import MemberId
 from groupops.planner.handoff import HeardThrough, LeaseClock
+from groupops.stacks import dump_stacks_on_usr1
 
 __all__ = ["HeartbeatProcess", "HeartbeatProcessError"]
 
@@ -556,6 +557,7 @@ def _answer(
     host: str, port: int, ends: _ChildEnds, pulse: PulseStamp, fallback_writes_per_second: float = 0.0
 ) -> None:
     """The answering process: serve until the operator's end of `commands` closes."""
+    dump_stacks_on_usr1()  # a spawned child: the command's handler is not inherited
     logging.basicConfig(level=logging.INFO, format="%(asctime)s heartbeats %(levelname)s %(message)s")
     commands, replies, reports = ends.commands, ends.replies, ends.reports
     outbox = _Outbox()
