@@ -58,6 +58,7 @@ from groupops.controller.reconcile import (
     reconcile,
 )
 from groupops.controller.sightings import hear_heartbeat_leases
+from groupops.controller.supervise import on_crash
 from groupops.controller.sweep import SettledSweep
 from groupops.controller.wakeup import exited_recently, expiry_due, next_wake
 from groupops.kubeapi import KubeError
@@ -122,6 +123,9 @@ def delete_owned(deps: Deps, namespace: str, policy: str) -> int:
 
 
 _LOOP_LAG_SAMPLE_S = 0.5
+_LOOP_RESTART_S = 1.0
+"""How long after its loop ended by an error a policy's loop starts again: a bug that ends every
+start does not spin."""
 
 
 def build_registry(deps: Deps) -> kopf.OperatorRegistry:
@@ -311,25 +315,50 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
     async def stop(entry: _PolicyLoop) -> None:
         entry.stopped.set()
         if entry.task is not None:
-            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+            # Exception: a loop that ended by an error was reported then (`on_crash`).
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError, Exception):
                 await asyncio.wait_for(asyncio.shield(entry.task), timeout=_LOOP_STOP_S)
             if not entry.task.done():
                 entry.task.cancel()
 
     def start_loop(
-        key: tuple[str, str], body: dict[str, Any], pods: list[dict[str, Any]] | None = None
+        key: tuple[str, str],
+        body: dict[str, Any],
+        pods: list[dict[str, Any]] | None = None,
+        *,
+        memory: PolicyMemory | None = None,
     ) -> None:
         """A policy's loop, started (in kopf's loop). Its first run is at once; an urgent one when
         a consumer container of the policy started or ended just before (a crash the previous
         leader left: `Wakeup.note_pods_at_start`, design §8.3). `pods`: the policy's, when the
-        caller has them."""
-        entry = _PolicyLoop(key=key, body=body, memory=_new_memory(deps, *key))
+        caller has them. `memory`: the one its previous loop ended with (that loop ended by an
+        error), attached to the heartbeats again; else a new one."""
+        if memory is None:
+            memory = _new_memory(deps, *key)
+        elif deps.heartbeats is not None:
+            deps.heartbeats.attach(*key, memory.clock)
+        entry = _PolicyLoop(key=key, body=body, memory=memory)
         loops[key] = entry
         if pods is None and deps.caches is not None and deps.caches.pods.synced():
             pods = deps.caches.pods.list(key[0], owned_selector(key[1]))
         if pods is not None:
             entry.memory.wakeup.note_pods_at_start(pods, now=time.time())
         entry.task = asyncio.create_task(policy_loop(entry), name=f"policy {key[0]}/{key[1]}")
+
+        def crashed(error: BaseException) -> None:
+            log.error(
+                "the loop of %s/%s ended by an error; it starts again in %.0f s",
+                *key,
+                _LOOP_RESTART_S,
+                exc_info=error,
+            )
+            asyncio.get_running_loop().call_later(_LOOP_RESTART_S, again)
+
+        def again() -> None:
+            if loops.get(key) is entry and not entry.stopped.is_set():
+                start_loop(key, entry.body, memory=entry.memory)
+
+        on_crash(entry.task, crashed)
 
     @kopf.on.startup(registry=registry)
     async def start_known_loops(**_: Any) -> None:

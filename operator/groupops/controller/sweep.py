@@ -31,6 +31,8 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from groupops.controller.supervise import on_crash
+
 __all__ = ["Changed", "Parked", "SettledSweep"]
 
 log = logging.getLogger(__name__)
@@ -105,8 +107,17 @@ class SettledSweep(Generic[Memory, Check, Lag]):
         parked = Parked(key=key, body=body, memory=memory, next_check=next_check, changed=changed)
         self._parked[key] = parked
         if self._task is None or self._task.done():
-            self._task = loop.create_task(self._run(), name="settled sweep")
+            self._start(loop)
         return parked.changed
+
+    def _start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._task = loop.create_task(self._run(), name="settled sweep")
+        on_crash(self._task, lambda error: self._crashed(loop, error))
+
+    def _crashed(self, loop: asyncio.AbstractEventLoop, error: BaseException) -> None:
+        # The parked loops wait on this sweep until their resync: start it again at once.
+        log.error("the settled sweep ended by an error; it starts again", exc_info=error)
+        self._start(loop)
 
     def unpark(self, key: tuple[str, str]) -> float | None:
         """The loop of `key` runs something, or stops: its policy is no longer checked (its

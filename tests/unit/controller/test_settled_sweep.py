@@ -228,3 +228,42 @@ def test_a_policy_parked_again_is_checked_on_its_new_schedule_only(pool: ThreadP
         assert sweep.parked == 2
 
     play(pool, scenario)
+
+
+class BrokenOnce(Clock):
+    """A clock that raises at its `breaks_at`-th reading: a bug in the sweep's own loop, outside
+    the checks' error handling."""
+
+    def __init__(self, breaks_at: int) -> None:
+        super().__init__()
+        self.readings = 0
+        self.breaks_at = breaks_at
+
+    def __call__(self) -> float:
+        self.readings += 1
+        if self.readings == self.breaks_at:
+            raise RuntimeError("a bug in the sweep")
+        return self.now
+
+
+def test_a_sweep_that_ends_by_an_error_is_logged_and_starts_again(
+    pool: ThreadPoolExecutor, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def main() -> None:
+        clock = BrokenOnce(breaks_at=2)
+        sweep = make_sweep(clock, pool=pool)
+        try:
+            memory = Memory("a")
+            changed = sweep.park(("ns", "a"), body_of("a"), memory, next_check=clock.now + TICK_S)
+            await until(lambda: clock.readings > 2)  # it broke, and a sweep reads the clock again
+            memory.lag = "moved"
+            clock.now += TICK_S
+            outcome = await asyncio.wait_for(changed, 5)
+            assert outcome.lag == "moved"
+        finally:
+            await sweep.close()
+
+    asyncio.run(main())
+    crashes = [r for r in caplog.records if "settled sweep ended by an error" in r.getMessage()]
+    assert len(crashes) == 1
+    assert crashes[0].exc_info is not None and str(crashes[0].exc_info[1]) == "a bug in the sweep"
