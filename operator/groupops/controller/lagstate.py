@@ -63,10 +63,12 @@ __all__ = [
     "LagState",
     "StuckPartition",
     "hand_off_stalled",
+    "judged_again",
     "kept_away",
     "lag_report",
     "lag_state",
     "ownership",
+    "record_lag_state",
 ]
 
 STUCK_LISTED = 100
@@ -330,13 +332,8 @@ def lag_report(
     owners, live = ownership(spec, view, shown, snapshot)
     listed = _listed(run.status)
     state = lag_state(windows, owners=owners, live=live, window_s=window_of(spec), carried=listed)
-    members = {
-        identity: round(state.member_time_lag_s(shown.get(identity, ())), 1)
-        for identity in view.identities_by_ordinal.values()
-    }
-    group = round(state.group_time_lag_s, 1)
-    metrics.record_time_lag(ns, name, group, members)
-    metrics.record_partition_states(ns, name, {s.value: n for s, n in state.counts().items()})
+    members = {identity: shown.get(identity, ()) for identity in view.identities_by_ordinal.values()}
+    group, member_time_lag = record_lag_state(run, state, members)
     _announce(run, spec, state, before=listed)
     stuck = [
         {"topic": s.tp.topic, "partition": s.tp.partition, "state": s.state.value, "identity": s.identity}
@@ -348,8 +345,36 @@ def lag_report(
             "timeLagGoal": None if goal is None else {"targetSeconds": goal, "met": group <= goal},
             "stuckPartitions": stuck or None,
         },
-        member_time_lag_s={identity: lag for identity, lag in members.items() if shown.get(identity)},
+        member_time_lag_s={identity: lag for identity, lag in member_time_lag.items() if shown.get(identity)},
     )
+
+
+def record_lag_state(
+    run: RunContext, state: LagState, members: Mapping[str, Sequence[TopicPartition]]
+) -> tuple[float, dict[str, float]]:
+    """Set the time-lag and partition-state gauges from `state`; `members`: every identity with
+    its partitions. Returns the group's time lag and each member's, as status shows them."""
+    metrics, ns, name = run.deps.metrics, run.policy.namespace, run.policy.name
+    member_time_lag = {
+        identity: round(state.member_time_lag_s(partitions), 1) for identity, partitions in members.items()
+    }
+    group = round(state.group_time_lag_s, 1)
+    metrics.record_time_lag(ns, name, group, member_time_lag)
+    metrics.record_partition_states(ns, name, {s.value: n for s, n in state.counts().items()})
+    return group, member_time_lag
+
+
+def judged_again(
+    windows: Windows,
+    spec: PolicySpec,
+    *,
+    owners: Mapping[TopicPartition, str],
+    live: Collection[str],
+    status: Mapping[str, Any],
+) -> LagState:
+    """`lag_state` as a full run judges it, for a settled policy's check: the owners and the live
+    identities its last full run saw, the states its status lists carried."""
+    return lag_state(windows, owners=owners, live=live, window_s=window_of(spec), carried=_listed(status))
 
 
 def _listed(status: Mapping[str, Any]) -> dict[TopicPartition, PartitionState]:

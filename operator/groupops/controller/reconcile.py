@@ -58,7 +58,7 @@ from groupops.controller.kafkaguard import (
 )
 from groupops.controller.lagaccess import with_policy_access
 from groupops.controller.lagread import LagTake, Windows, counts_from_plan, zero_lag
-from groupops.controller.lagstate import hand_off_stalled
+from groupops.controller.lagstate import LagState, hand_off_stalled, judged_again, ownership, record_lag_state
 from groupops.controller.lease_records import LEASE_RECORDS
 from groupops.controller.names import (
     API_GROUP,
@@ -83,7 +83,15 @@ from groupops.controller.render_plan import (
     render_plan_configmap,
 )
 from groupops.controller.report import fail, progress_shown, write_status
-from groupops.controller.settled import Settled, comparable, unsettled_reason
+from groupops.controller.settled import (
+    CountSettled,
+    Settled,
+    StuckShape,
+    comparable,
+    plans_on_counts,
+    shape_of,
+    unsettled_reason,
+)
 from groupops.controller.spec import PolicySpec, SpecError, parse_policy
 from groupops.kubeapi import Conflict, Forbidden, KubeError, NotFound, Rejected
 from groupops.lag import (
@@ -200,11 +208,63 @@ def finish_settled_check(check: SettledCheck, wait_s: float = LAG_WAIT_S) -> Tak
         started=check.started,
         wait_s=wait_s,
     )
-    snapshot, degraded, _ = lag
-    if degraded is not None or comparable(snapshot) != settled.lag or _progress_behind(run, settled.leases):
+    snapshot, degraded, windows = lag
+    if degraded is not None or _progress_behind(run, settled.leases):
+        return lag
+    if settled.by_counts is None:
+        if comparable(snapshot) != settled.lag:
+            return lag
+    elif not _same_shape(run, settled.spec, settled.by_counts, snapshot, windows):
         return lag
     run.deps.metrics.reconciles_skipped.labels(run.policy.namespace, run.policy.name).inc()
     return None
+
+
+def _same_shape(
+    run: RunContext, spec: PolicySpec, by_counts: CountSettled, snapshot: LagSnapshot, windows: Windows | None
+) -> bool:
+    """The read has the shape the settled run saw (`settled.LagShape`); if so its lag gauges are
+    set from it here, as the full run would have set them."""
+    state = (
+        None
+        if windows is None
+        else judged_again(windows, spec, owners=by_counts.owners, live=by_counts.live, status=run.status)
+    )
+    if shape_of(snapshot, _stuck_shape(state)) != by_counts.shape or _figures_may_go_out(run, snapshot):
+        return False
+    metrics, ns, name = run.deps.metrics, run.policy.namespace, run.policy.name
+    metrics.total_lag.labels(ns, name).set(snapshot.total())
+    metrics.record_members(ns, name, _member_lags(snapshot, by_counts.members))
+    if state is not None:
+        record_lag_state(run, state, by_counts.members)
+    return True
+
+
+def _figures_may_go_out(run: RunContext, snapshot: LagSnapshot) -> bool:
+    """The lag differs from what status shows and the figures' pace would let a full run write it
+    now (`report._write_paced`): a group that was idle shows its new lag at once, as a policy
+    settled on its whole lag would."""
+    last = run.memory.status_written_at
+    every = run.deps.settings.reconcile.status_figures_seconds
+    paced = last is not None and time.monotonic() - last < every
+    return not paced and snapshot.total() != run.status.get("totalLag")
+
+
+def _stuck_shape(state: LagState | None) -> StuckShape | None:
+    return None if state is None else frozenset((s.tp, s.state) for s in state.stuck)
+
+
+def _member_lags(snapshot: LagSnapshot, members: Mapping[str, Sequence[TopicPartition]]) -> dict[str, int]:
+    """Each identity's lag: the sum over its partitions (as status.members[].lag)."""
+    lags = snapshot.lags
+    return {
+        identity: sum(
+            lags[tp.topic][tp.partition]
+            for tp in partitions
+            if tp.topic in lags and tp.partition < len(lags[tp.topic])
+        )
+        for identity, partitions in members.items()
+    }
 
 
 def _inputs_of(run: RunContext) -> tuple[object, ...] | None:
@@ -397,6 +457,7 @@ def _reconcile(run: RunContext, pretaken: TakenLag | None) -> ReconcileResult:
         inputs=inputs,
         lag_read=(client_config, observed is not None),
         snapshot=snapshot,
+        windows=windows,
         view=view,
         unsettled=unsettled_reason(
             spec=spec,
@@ -430,6 +491,7 @@ def _settled_after(
     inputs: tuple[object, ...] | None,
     lag_read: tuple[Mapping[str, str], bool],
     snapshot: LagSnapshot,
+    windows: Windows | None,
     view: IdentityView,
     unsettled: str | None,
     plan: PublishedPlan,
@@ -454,6 +516,13 @@ def _settled_after(
     until = now + min(resync, quiet_s)
     if run.memory.figures_due is not None:  # held-back figures go out on time though nothing moves
         until = min(until, run.memory.figures_due)
+    by_counts = None
+    if plans_on_counts(spec):
+        by_counts = _count_settled(run, spec, snapshot=snapshot, windows=windows, view=view, plan=plan)
+        if windows is not None and snapshot.total() > 0:
+            # time lag grows while the lag stands (the check sees no total move): a full run comes
+            # at the figures' pace to show it
+            until = min(until, now + run.deps.settings.reconcile.status_figures_seconds)
     return Settled(
         inputs=inputs,
         lag=comparable(snapshot),
@@ -463,6 +532,33 @@ def _settled_after(
         has_plan=has_plan,
         leases=leases,
         until=until,
+        by_counts=by_counts,
+    )
+
+
+def _count_settled(
+    run: RunContext,
+    spec: PolicySpec,
+    *,
+    snapshot: LagSnapshot,
+    windows: Windows | None,
+    view: IdentityView,
+    plan: PublishedPlan,
+) -> CountSettled:
+    """What the check of a settled policy that plans on counts compares (`settled.CountSettled`),
+    judged as this run's status was."""
+    shown = normalized(plan.plan.assignment)
+    owners, live = ownership(spec, view, shown, snapshot)
+    state = (
+        None if windows is None else judged_again(windows, spec, owners=owners, live=live, status=run.status)
+    )
+    return CountSettled(
+        shape=shape_of(snapshot, _stuck_shape(state)),
+        owners=owners,
+        live=live,
+        members={
+            identity: tuple(shown.get(identity, ())) for identity in view.identities_by_ordinal.values()
+        },
     )
 
 

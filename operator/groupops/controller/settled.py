@@ -17,6 +17,14 @@ skips) then compares, in `reconcile`, before it parses or reads anything else:
 All equal, the run ends there: the full run would read the same objects and the same lag, and
 no rule of it depends on anything else, so it would decide, write and report what the settled
 run did, which is nothing. Any difference runs it in full, and the run settles again or not.
+
+A policy that plans on counts (`plans_on_counts`: a Kafka assignor or failover, nothing that
+reads lag to decide) compares, instead of its whole lag, the `LagShape` of the read: what its
+decisions use of it (partition counts, racks, missing topics and those without series, and
+which partitions are stuck in which state). Its lag figures then move without a full run: the
+check keeps the lag gauges current, and the full run comes at the figures' pace
+(`--status-figures-interval`) to write them to status (docs/design.md §8.3, "a busy policy that
+plans on counts settles on the shape of its lag").
 """
 
 from __future__ import annotations
@@ -27,9 +35,79 @@ from dataclasses import dataclass, replace
 from groupops.controller.identities import IdentityView
 from groupops.controller.spec import PolicySpec
 from groupops.lag import LagSnapshot
+from groupops.model import TopicPartition
 from groupops.planner.plan_format import PublishedPlan
+from groupops.planner.stuck import PartitionState
 
-__all__ = ["Settled", "comparable", "unsettled_reason"]
+__all__ = [
+    "COUNT_STRATEGIES",
+    "CountSettled",
+    "LagShape",
+    "Settled",
+    "StuckShape",
+    "comparable",
+    "plans_on_counts",
+    "shape_of",
+    "unsettled_reason",
+]
+
+COUNT_STRATEGIES = frozenset({"range", "roundrobin", "sticky", "cooperative-sticky", "failover"})
+"""Strategies whose target is made of partition counts, racks and membership, never of lag."""
+
+
+def plans_on_counts(spec: PolicySpec) -> bool:
+    """Whether nothing a run of this policy decides or shows outside its lag figures reads lag
+    values: a strategy of `COUNT_STRATEGIES`, no autoscale (its count follows lag), no time-lag
+    goal (status says whether it is met), no ConsumerGroupCluster (its budget and figures read
+    every member policy's lag), delivery plan, no dry run."""
+    return (
+        spec.strategy.type in COUNT_STRATEGIES
+        and spec.consumers.autoscale is None
+        and spec.target_time_lag_seconds is None
+        and spec.kafka.cluster_ref is None
+        and spec.consumers.delivery == "plan"
+        and not spec.dry_run
+    )
+
+
+StuckShape = frozenset[tuple[TopicPartition, PartitionState]]
+"""The partitions judged stuck (`controller.lagstate.LagState.stuck`), each with its state."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LagShape:
+    """What a policy that plans on counts uses of a lag read: two reads of one shape lead its
+    runs to the same decisions and the same status apart from the lag figures."""
+
+    counts: tuple[tuple[str, int], ...]
+    racks: tuple[tuple[str, tuple[frozenset[str], ...]], ...]
+    missing_topics: tuple[str, ...]
+    topics_without_series: tuple[str, ...]
+    stuck: StuckShape | None
+    """None: the read has no time-lag windows (nothing is judged stuck or not)."""
+
+
+def shape_of(snapshot: LagSnapshot, stuck: StuckShape | None) -> LagShape:
+    return LagShape(
+        counts=tuple(sorted((topic, len(lags)) for topic, lags in snapshot.lags.items())),
+        racks=tuple(sorted((topic, tuple(racks)) for topic, racks in snapshot.partition_racks.items())),
+        missing_topics=tuple(sorted(snapshot.missing_topics)),
+        topics_without_series=tuple(sorted(snapshot.topics_without_series)),
+        stuck=stuck,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CountSettled:
+    """How a settled policy that plans on counts is checked: `shape` against the read's, with
+    its stuck partitions judged on `owners` and `live` as the full run saw them (a change of
+    either wakes the loop: a Lease event, an expiry, a publication); `members`: each identity's
+    partitions, for the member gauges the check keeps current."""
+
+    shape: LagShape
+    owners: Mapping[TopicPartition, str]
+    live: frozenset[str]
+    members: Mapping[str, tuple[TopicPartition, ...]]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,6 +126,8 @@ class Settled:
     has_plan: bool
     leases: tuple[str, ...]
     until: float
+    by_counts: CountSettled | None = None
+    """Set for a policy that plans on counts: the check compares its shape, not `lag`."""
 
 
 def comparable(snapshot: LagSnapshot) -> LagSnapshot:
@@ -93,7 +173,7 @@ def unsettled_reason(
             return f"{identity}'s Lease ran out: its holder is fenced"
         if state.never_taken and state.silent_for < startup_grace:
             return f"{identity} is in its startup grace"
-    if time_lag_known and total_lag > 0:
+    if time_lag_known and total_lag > 0 and not plans_on_counts(spec):
         return "time lag grows while lag stands"
     if stall_handoffs:
         return "a stalled partition is kept away"

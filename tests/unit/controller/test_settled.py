@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 
 from groupops.controller.identities import IdentityView, LeaseClock, identity_view
-from groupops.controller.settled import comparable, unsettled_reason
+from groupops.controller.settled import comparable, plans_on_counts, shape_of, unsettled_reason
 from groupops.controller.spec import PolicySpec, parse_policy
 from groupops.lag import LagSnapshot
 from groupops.model import MemberId, Plan, TopicPartition
 from groupops.planner.handoff import Release
 from groupops.planner.plan_format import PublishedPlan
+from groupops.planner.stuck import PartitionState
 
 T = TopicPartition
 GRACE_S = 30.0
@@ -129,7 +130,9 @@ def test_a_quiet_run_with_every_replica_live_and_acknowledged_is_settled() -> No
         ),
         pytest.param({"plan": replace(PLAN, barrier=3)}, "handoff", id="resync-barrier"),
         pytest.param({"degraded": True}, "degraded", id="degraded"),
-        pytest.param({"time_lag_known": True}, "time lag", id="time-lag-grows"),
+        pytest.param(
+            {"time_lag_known": True, "spec": spec(strategy={"type": "lag"})}, "time lag", id="time-lag-grows"
+        ),
         pytest.param({"stall_handoffs": True}, "stalled", id="stall-kept-away"),
         pytest.param({"offset_reset": True}, "offset reset", id="offset-reset"),
     ],
@@ -166,3 +169,64 @@ def test_two_reads_of_the_same_offsets_compare_equal_whenever_they_were_taken() 
     first = LagSnapshot(group_id="g", taken_at=1.0, lags={"t": [1, 2]})
     assert comparable(first) == comparable(replace(first, taken_at=9.0))
     assert comparable(first) != comparable(replace(first, lags={"t": [1, 3]}))
+
+
+@pytest.mark.parametrize("strategy", ["range", "roundrobin", "sticky", "cooperative-sticky", "failover"])
+def test_a_kafka_assignor_or_failover_plans_on_counts(strategy: str) -> None:
+    assert plans_on_counts(spec(strategy={"type": strategy}))
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        pytest.param({"strategy": {"type": "lag"}}, id="lag-strategy"),
+        pytest.param({"strategy": {"type": "balanced"}}, id="balanced"),
+        pytest.param(
+            {"consumers": {"autoscale": {"min": 1, "max": 3, "targetLagPerReplica": 10}}, "merge": False},
+            id="autoscale",
+        ),
+        pytest.param({"targetTimeLagSeconds": 30}, id="time-lag-goal"),
+        pytest.param({"kafka": {"clusterRef": {"name": "prod"}}, "merge": False}, id="cluster"),
+        pytest.param({"consumers": {"delivery": "native"}}, id="native"),
+        pytest.param({"dryRun": True}, id="dry-run"),
+    ],
+)
+def test_a_policy_whose_decisions_or_status_read_lag_does_not_plan_on_counts(changes: dict[str, Any]) -> None:
+    assert not plans_on_counts(spec(**changes))
+
+
+def test_a_policy_that_plans_on_counts_settles_while_its_time_lag_moves() -> None:
+    """Its time lag reaches status at the figures' pace, not at every tick."""
+    assert reason(time_lag_known=True, spec=spec(strategy={"type": "range"})) is None
+
+
+SNAPSHOT = LagSnapshot(group_id="g", taken_at=1.0, lags={"t": [1, 2], "u": [5]})
+STALLED = frozenset({(T("t", 0), PartitionState.STALL)})
+
+
+def test_reads_whose_lag_moved_have_one_shape() -> None:
+    moved = replace(SNAPSHOT, taken_at=2.0, lags={"t": [900, 0], "u": [7]})
+    assert shape_of(SNAPSHOT, STALLED) == shape_of(moved, STALLED)
+    assert shape_of(SNAPSHOT, None) == shape_of(moved, None)
+
+
+@pytest.mark.parametrize(
+    ("other", "stuck"),
+    [
+        pytest.param(replace(SNAPSHOT, lags={"t": [1, 2, 0], "u": [5]}), STALLED, id="partitions-added"),
+        pytest.param(replace(SNAPSHOT, lags={"t": [1, 2]}, missing_topics=("u",)), STALLED, id="topic-gone"),
+        pytest.param(replace(SNAPSHOT, topics_without_series=("u",)), STALLED, id="no-series"),
+        pytest.param(
+            replace(SNAPSHOT, partition_racks={"t": [frozenset({"a"}), frozenset({"b"})]}),
+            STALLED,
+            id="racks",
+        ),
+        pytest.param(SNAPSHOT, frozenset(), id="stall-ended"),
+        pytest.param(SNAPSHOT, frozenset({(T("t", 0), PartitionState.STOP)}), id="stall-became-stop"),
+        pytest.param(SNAPSHOT, None, id="windows-gone"),
+    ],
+)
+def test_what_a_count_plan_or_its_status_uses_changes_the_shape(
+    other: LagSnapshot, stuck: frozenset[tuple[TopicPartition, PartitionState]] | None
+) -> None:
+    assert shape_of(SNAPSHOT, STALLED) != shape_of(other, stuck)
