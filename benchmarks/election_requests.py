@@ -43,7 +43,11 @@ class CountingElector:
         self.client.count_requests(lambda verb, _kind: self.requests.update([verb]))
         self.elector = LeaderElector(
             self.client,
-            ElectionSettings(
+            ElectionSettings.for_lease(
+                namespace=namespace, name="groupops-operator", identity=identity, lease_seconds=args.lease
+            )
+            if args.retry is None
+            else ElectionSettings(
                 namespace=namespace,
                 identity=identity,
                 lease_seconds=args.lease,
@@ -118,7 +122,12 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=3.0, help="before the window (s)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--lease", type=float, default=5.0, help="election Lease duration (s)")
-    parser.add_argument("--retry", type=float, default=1.0, help="renewal and campaign period (s)")
+    parser.add_argument(
+        "--retry",
+        type=float,
+        help="renew and campaign every this many seconds, as before 2026-12-01 "
+        "(default: the operator's timings for --lease, ElectionSettings.for_lease)",
+    )
     parser.add_argument("--json", type=Path, help="write the figures here too")
     args = parser.parse_args()
 

@@ -317,11 +317,6 @@ def _election(
         fail("the election Lease needs a namespace (--leader-namespace, or $POD_NAMESPACE in a pod)")
     # Unique per process, never reused: a restarted operator must win the Lease anew, with a new term.
     identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}-{uuid.uuid4().hex[:8]}"
-    return ElectionSettings(
-        namespace=where,
-        name=name,
-        identity=identity,
-        lease_seconds=lease_seconds,
-        renew_deadline_seconds=lease_seconds * 0.7,
-        retry_seconds=min(1.0, lease_seconds / 5),
+    return ElectionSettings.for_lease(
+        namespace=where, name=name, identity=identity, lease_seconds=lease_seconds
     )

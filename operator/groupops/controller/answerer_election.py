@@ -72,7 +72,7 @@ frozen. The bound is what a thread that spins with the interpreter for ever cost
 
 RELEASE_WAIT_S = 5.0
 REPORT_EVERY_S = 0.05
-"""How often the host looks for a new deadline to report (a renewal moves it once a second)."""
+"""How often the host looks for a new deadline to report (a renewal moves it every renewal period)."""
 
 
 class PulseStamp:

@@ -17,7 +17,8 @@ it runs kopf, the others wait. The rules are client-go's leader election (docs/d
   candidates never both win; a take from another holder increments `leaseTransitions`, which
   is the leader's *term*: strictly increasing across leaders, recorded with every plan it
   publishes (`controller.render_plan`), so a deposed leader's late write can be recognised.
-- The leader starts a renewal every `retry_seconds` (at once after one that took longer). It
+- The leader starts a renewal every `renew_seconds` after one that succeeded, every
+  `retry_seconds` after one that failed or was skipped (at once after one that took longer). It
   counts as leading only until `renew_deadline_seconds` after the *send* time of its last
   successful renewal (`still_leading`), which ends before any candidate can judge the Lease
   expired (`renew_deadline_seconds < lease_seconds`). When that passes, or a renewal finds
@@ -84,6 +85,14 @@ class LeadershipLost(Exception):
 
 def _micro_time(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def renewal_period(settings: ElectionSettings, took_s: float) -> float:
+    """Seconds from the start of a renewal that succeeded in `took_s` to the next one's: the
+    steady period, shortened so that a next renewal taking twice as long still ends before the
+    deadline of this one, and never below the retry period."""
+    room = settings.renew_deadline_seconds - 2 * took_s
+    return max(settings.retry_seconds, min(settings.renew_period, room))
 
 
 class LeaderElector:
@@ -365,12 +374,20 @@ class LeaderElector:
 
     def _renew_loop(self, on_lost: Callable[[str], None], may_renew: Callable[[], str | None] | None) -> None:
         attempt = 0
-        started = time.monotonic()
+        # The first renewal is paced from the take (or the renewal) that won: from its send, as
+        # if it had taken all the time since.
+        with self._lock:
+            started = self._valid_until - self._settings.renew_deadline_seconds
+        period = renewal_period(self._settings, time.monotonic() - started)
         # Paced by the attempts' starts, not their ends: a renewal that took most of a period is
         # followed by the next one at once, so a slow API server shortens the validity left by
         # its latency once, not twice (the next renewal's validity counts from its own send).
-        while not self._stop.wait(max(0.0, started + self._settings.retry_seconds - time.monotonic())):
+        # After one that failed or was skipped the next comes a retry period later, so the
+        # deadline still leaves several attempts; after a slow one, sooner than the steady
+        # period (`renewal_period`; design §8.1, "the leader renews every 2 s").
+        while not self._stop.wait(max(0.0, started + period - time.monotonic())):
             started = time.monotonic()
+            period = self._settings.retry_seconds
             refusal = None if may_renew is None else may_renew()
             try:
                 if refusal is not None:
@@ -379,11 +396,13 @@ class LeaderElector:
                     self._renew_once()
                     attempt = 0
                     took = time.monotonic() - started
-                    if took > self._settings.retry_seconds:  # the API server (or this process) is slow
+                    period = renewal_period(self._settings, took)
+                    if period < self._settings.renew_period:  # the API server (or this process) is slow
                         log.warning(
-                            "slow election renewal: %.1f s (renew deadline %g s)",
+                            "slow election renewal: %.1f s (renew deadline %g s): the next in %.1f s",
                             took,
                             self._settings.renew_deadline_seconds,
+                            period,
                         )
             except LeadershipLost as e:
                 with self._lock:

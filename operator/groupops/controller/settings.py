@@ -197,7 +197,11 @@ class ElectionSettings:
     after a leader dies (5 s: a standby leads about 5-6 s after the leader's node or process is
     lost; client-go's default is 15 s). renew_deadline_seconds: a leader that could not renew for
     this long stops acting (must be below lease_seconds, with margin for clock-rate drift).
-    retry_seconds: renewal and campaign period (one small Lease write per period)."""
+    retry_seconds: campaign period, a standby's poll while its watch is not synced, and the wait
+    after a renewal that failed or was skipped. renew_seconds: the leader's steady period, after
+    a renewal that succeeded (one small Lease write per period; None: retry_seconds). The
+    operator renews every 2 s and retries every 0.5 s (docs/design.md §8.1, "the leader renews
+    every 2 s")."""
 
     namespace: str
     name: str = "groupops-operator"
@@ -205,13 +209,34 @@ class ElectionSettings:
     lease_seconds: float = 5.0
     renew_deadline_seconds: float = 3.5
     retry_seconds: float = 1.0
+    renew_seconds: float | None = None
 
     def __post_init__(self) -> None:
-        if not 0 < self.retry_seconds < self.renew_deadline_seconds < self.lease_seconds:
+        if not 0 < self.retry_seconds <= self.renew_period < self.renew_deadline_seconds < self.lease_seconds:
             raise ValueError(
-                "leader election needs 0 < retry < renew deadline < lease duration, got "
-                f"{self.retry_seconds}, {self.renew_deadline_seconds}, {self.lease_seconds}"
+                "leader election needs 0 < retry <= renew period < renew deadline < lease duration, "
+                f"got {self.retry_seconds}, {self.renew_period}, {self.renew_deadline_seconds}, "
+                f"{self.lease_seconds}"
             )
+
+    @classmethod
+    def for_lease(cls, *, namespace: str, name: str, identity: str, lease_seconds: float) -> ElectionSettings:
+        """The operator's timings for a Lease of `lease_seconds` (`--leader-lease-seconds`): renew
+        deadline 0.7 of it, renewals every 0.4 of it up to 2 s, retries every tenth up to 0.5 s."""
+        return cls(
+            namespace=namespace,
+            name=name,
+            identity=identity,
+            lease_seconds=lease_seconds,
+            renew_deadline_seconds=lease_seconds * 0.7,
+            renew_seconds=min(2.0, lease_seconds * 0.4),
+            retry_seconds=min(0.5, lease_seconds / 10),
+        )
+
+    @property
+    def renew_period(self) -> float:
+        """Seconds from a successful renewal's start to the next one's."""
+        return self.retry_seconds if self.renew_seconds is None else self.renew_seconds
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
