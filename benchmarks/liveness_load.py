@@ -1139,14 +1139,25 @@ class LagSetup:
     bootstrap: str = "127.0.0.1:9092"
     """static: never dialled (a static lag reads nothing), only validated."""
     topics: int = 0
+    strategies: tuple[str, ...] = STRATEGIES
+    """Policy i's strategy is `strategies[i mod len]`."""
+
+    def strategy(self, index: int) -> str:
+        return self.strategies[index % len(self.strategies)]
 
     def topic(self, index: int) -> str:
         return f"topic-{index:04d}" if self.source == "static" else busy_topic(index % self.topics)
 
     def manifest(self, index: int) -> dict[str, Any]:
         if self.source == "static":
-            return policy_manifest(index, self.bootstrap)
-        return policy_manifest(index, self.bootstrap, topic=self.topic(index), lag_source={"type": "kafka"})
+            return policy_manifest(index, self.bootstrap, strategies=self.strategies)
+        return policy_manifest(
+            index,
+            self.bootstrap,
+            topic=self.topic(index),
+            lag_source={"type": "kafka"},
+            strategies=self.strategies,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -1293,7 +1304,9 @@ class BusyKafka:
 
 
 @contextmanager
-def busy_kafka(workdir: Path, count: int, *, topics: int, rate: float) -> Iterator[BusyKafka]:
+def busy_kafka(
+    workdir: Path, count: int, *, topics: int, rate: float, strategies: tuple[str, ...] = STRATEGIES
+) -> Iterator[BusyKafka]:
     """A broker under `workdir`, its `topics` busy topics, every one of the `count` policies'
     groups committed on its topic, and the producer writing `rate` messages a second; all
     stopped on the way out."""
@@ -1301,7 +1314,7 @@ def busy_kafka(workdir: Path, count: int, *, topics: int, rate: float) -> Iterat
     cluster.start()  # stops what it started when it fails
     try:
         print(f"  Kafka at {cluster.bootstrap} in {cluster.start_seconds:.1f} s", flush=True)
-        lags = LagSetup("kafka", cluster.bootstrap, topics)
+        lags = LagSetup("kafka", cluster.bootstrap, topics, strategies)
         prepare_groups(lags, count)
         config = ProduceConfig(
             bootstrap=cluster.bootstrap,
@@ -2012,7 +2025,7 @@ class Point:
         ranged = [
             i
             for i in range(self.count)
-            if STRATEGIES[i % len(STRATEGIES)] == "range" and f"policy-{i:04d}" not in crashed
+            if self.lags.strategy(i) == "range" and f"policy-{i:04d}" not in crashed
         ]
         api = KubeApi(self.kubectl.kubeconfig)
         results: list[dict[str, Any]] = []
@@ -2110,7 +2123,7 @@ def point(mode: str, count: int, args: argparse.Namespace, workdir: Path) -> dic
         namespace = f"live-{mode[:5]}-{count}-{int(time.time()) % 100000}"
         create_namespace(kubectl, namespace)
         print(f"== {count} policies, {mode} mode, namespace {namespace}; {machine_load()}", flush=True)
-        lags, busy = LagSetup(), None
+        lags, busy = LagSetup(strategies=tuple(args.strategies)), None
         if args.lag_source == "kafka":
             busy = exits.enter_context(
                 busy_kafka(
@@ -2118,6 +2131,7 @@ def point(mode: str, count: int, args: argparse.Namespace, workdir: Path) -> dic
                     count,
                     topics=args.busy_topics or max(1, count // 10),
                     rate=args.produce_rate,
+                    strategies=tuple(args.strategies),
                 )
             )
             lags = busy.lags
@@ -2208,6 +2222,7 @@ def point(mode: str, count: int, args: argparse.Namespace, workdir: Path) -> dic
             "topics": lags.topics if busy is not None else count,
             "partitions_per_topic": PARTITIONS,
             "produce_rate_per_s": args.produce_rate if busy is not None else None,
+            "strategies": list(lags.strategies),
         }
         run.figures["uptime_start"] = machine_load()
         started = time.monotonic()
@@ -2504,6 +2519,13 @@ def main() -> int:
         default=[],
         help="one more argument for the operator(s), repeatable; a flag needs the = form: "
         "--operator-arg=--status-figures-interval=0",
+    )
+    parser.add_argument(
+        "--strategies",
+        nargs="+",
+        default=list(STRATEGIES),
+        help="the policies' strategies, each policy the next in turn (the default mixes the lag-driven "
+        "`lag` and `balanced` with `range` and `sticky`, which plan on counts)",
     )
     parser.add_argument("--json", type=Path, help="write the figures here too")
     parser.add_argument("--play", help=argparse.SUPPRESS)

@@ -76,7 +76,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
@@ -323,12 +323,18 @@ def operator_reconciles(metrics_port: int) -> float:
 
 
 def policy_manifest(
-    index: int, bootstrap: str, *, topic: str | None = None, lag_source: dict[str, Any] | None = None
+    index: int,
+    bootstrap: str,
+    *,
+    topic: str | None = None,
+    lag_source: dict[str, Any] | None = None,
+    strategies: Sequence[str] = STRATEGIES,
 ) -> dict[str, Any]:
     """Policy `index`: its own topic `topic-<index>` and a static lag unless `topic` and
-    `lag_source` (the `spec.lagSource` object) say otherwise."""
+    `lag_source` (the `spec.lagSource` object) say otherwise; its strategy the next of
+    `strategies` in turn."""
     topic = topic or f"topic-{index:04d}"
-    strategy = STRATEGIES[index % len(STRATEGIES)]
+    strategy = strategies[index % len(strategies)]
     if lag_source is None:
         lags = [(index * 7 + p * 131) % 1000 for p in range(PARTITIONS)]
         lag_source = {"type": "static", "static": {"lags": {topic: lags}}}

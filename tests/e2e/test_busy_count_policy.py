@@ -90,7 +90,7 @@ def test_a_busy_range_group_skips_its_ticks_and_still_answers_growth_crashes_and
             f"{len(gauges)} total-lag gauge values, {len(statuses)} status values"
         )
         assert skipped >= WINDOW_S / 2, f"only {skipped:.0f} of about {WINDOW_S:g} ticks skipped"
-        assert full <= WINDOW_S / FIGURES_S + 3, f"{full:.0f} full runs in {WINDOW_S:g} s"
+        assert full <= WINDOW_S / FIGURES_S + 1, f"{full:.0f} full runs in {WINDOW_S:g} s"
         assert len(gauges) >= 3, f"the total-lag gauge did not follow the lag: {sorted(gauges)}"
         assert len(statuses) >= 2, f"status never showed the moving lag: {sorted(statuses)}"
 

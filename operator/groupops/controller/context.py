@@ -107,6 +107,11 @@ class PolicyMemory:
     same skips the apply. None: apply."""
     status_written_at: float | None = None
     """When a run last wrote the policy's status (monotonic); None: not since this process leads."""
+    own_status_write: tuple[str, str] | None = None
+    """The current run's status writes: the policy's resourceVersion as the run read it, and the
+    one its last status write returned, when that write changed nothing else (`report`); None:
+    it wrote none, or something else changed. The settled record counts the policy as unchanged
+    by it (reconcile `_settled_after`)."""
     figures_due: float | None = None
     """When lag figures a run held back are written at the latest (monotonic; report.py); None:
     status shows the newest figures."""

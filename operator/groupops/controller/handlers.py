@@ -265,6 +265,11 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
                     found = changed.done() and not changed.cancelled()
                     if found:
                         pretaken = changed.result().lag
+                    if landed.is_set() and settled.by_counts is not None:
+                        # The sweep's next check compares that read's shape (a read lands in the
+                        # policy's memory, and the next check plans on the newest): a busy group's
+                        # late reads would otherwise run it in full at every tick.
+                        landed.clear()
                     due = found or now >= settled.until or landed.is_set()
                 else:
                     wake_at = next_wake(

@@ -139,6 +139,7 @@ def reconcile(
     run = _run_context(body, deps, memory)
     started = time.monotonic()
     memory.settled = None  # a run that does not settle again leaves none
+    memory.own_status_write = None
     try:
         return _reconcile(replace(run, body=json_copy(body)), pretaken)
     except ReconcileFailure as failure:
@@ -511,6 +512,11 @@ def _settled_after(
     if unsettled is not None:
         run.log.debug("not settled: %s", unsettled)
         return None
+    own = run.memory.own_status_write
+    if own is not None and inputs[0] == own[0]:
+        # The policy changed only by this run's status write: its next check must not take that
+        # for a change and run it in full again.
+        inputs = (own[1], *inputs[1:])
     client_config, has_plan = lag_read
     now = time.monotonic()
     until = now + min(resync, quiet_s)

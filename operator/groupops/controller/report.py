@@ -345,7 +345,7 @@ def patch_status(run: RunContext, desired: Mapping[str, Any]) -> bool:
 
 def _send_status(run: RunContext, patch: Mapping[str, Any]) -> None:
     try:
-        run.deps.client.patch(
+        written = run.deps.client.patch(
             f"{API_GROUP}/{API_VERSION}",
             KIND,
             run.policy.namespace,
@@ -355,6 +355,13 @@ def _send_status(run: RunContext, patch: Mapping[str, Any]) -> None:
         )
     except KubeError as e:
         raise ReconcileFailure("StatusWriteFailed", str(e), transient=True) from e
+    read = run.body.get("metadata") or {}
+    answer = (written or {}).get("metadata") or {}
+    unchanged = all(read.get(key) == answer.get(key) for key in ("generation", "labels", "annotations"))
+    if unchanged and (written or {}).get("spec") == run.body.get("spec") and answer.get("resourceVersion"):
+        run.memory.own_status_write = (str(read.get("resourceVersion")), str(answer["resourceVersion"]))
+    else:
+        run.memory.own_status_write = None
 
 
 def awaiting_approval_message(proposal: Mapping[str, Any] | None, note: str | None) -> str:
