@@ -12,7 +12,7 @@ import random
 import threading
 import time
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -215,14 +215,20 @@ def scrape(port: int | str) -> dict[str, float]:
 
 def total(port: int | str, name: str, **labels: str) -> float:
     """The sum of the samples `name` with `labels` served on /metrics at `port`."""
+    return series(port, (name,), **labels).get(name, 0.0)
+
+
+def series(port: int | str, names: Sequence[str], **labels: str) -> dict[str, float]:
+    """Each of `names` with `labels` served on /metrics at `port`, summed over its other labels,
+    from one scrape; a name with no such sample is left out."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         text = response.read().decode()
-    return sum(
-        sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
-    )
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in names and all(sample.labels.get(k) == v for k, v in labels.items()):
+                found[sample.name] = found.get(sample.name, 0.0) + sample.value
+    return found
 
 
 class CommittedOffsets:

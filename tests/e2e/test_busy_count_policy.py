@@ -14,14 +14,12 @@ with a `kafka` lag source, and messages arriving the whole time, so its lag diff
 from __future__ import annotations
 
 import time
-import urllib.request
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.consumer_e2e import PolicyStack, StackFactory
-from tests.e2e.runtime_support import SteadyProducer
+from tests.e2e.runtime_support import SteadyProducer, series
 from tests.e2e.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -37,18 +35,12 @@ SCHEDULING_ALLOWANCE_S = 4.0
 
 def operator_series(s: PolicyStack) -> dict[str, float]:
     """The policy's full reconciles, skipped ticks and total-lag gauge, from the operator."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{s.operator.metrics_port}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    found = {
+    absent = {
         "groupops_reconcile_duration_seconds_count": 0.0,
         "groupops_reconciles_skipped_total": 0.0,
         "groupops_total_lag": -1.0,
     }
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in found and sample.labels.get("policy") == s.name:
-                found[sample.name] = sample.value
-    return found
+    return absent | series(s.operator.metrics_port, tuple(absent), policy=s.name)
 
 
 def grown_and_acknowledged(s: PolicyStack, identities: list[str]) -> bool:

@@ -16,16 +16,14 @@ real consumer processes on heartbeats, the real broker, a `kafka` lag source.
 from __future__ import annotations
 
 import time
-import urllib.request
 from collections.abc import Callable
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from groupops.controller.names import consumer_account_name
 from groupops.planner.wire import plan_configmap_name
 from tests.e2e.consumer_e2e import PolicyStack, StackFactory
-from tests.e2e.runtime_support import SteadyProducer
+from tests.e2e.runtime_support import SteadyProducer, series
 from tests.e2e.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -40,14 +38,9 @@ SCHEDULING_ALLOWANCE_S = 4.0
 
 def runs(s: PolicyStack) -> tuple[float, float]:
     """(full reconciles, skipped ticks) of the policy so far, from the operator's /metrics."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{s.operator.metrics_port}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    counts = {"groupops_reconcile_duration_seconds_count": 0.0, "groupops_reconciles_skipped_total": 0.0}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in counts and sample.labels.get("policy") == s.name:
-                counts[sample.name] += sample.value
-    return counts["groupops_reconcile_duration_seconds_count"], counts["groupops_reconciles_skipped_total"]
+    full, skipped = "groupops_reconcile_duration_seconds_count", "groupops_reconciles_skipped_total"
+    counts = series(s.operator.metrics_port, (full, skipped), policy=s.name)
+    return counts.get(full, 0.0), counts.get(skipped, 0.0)
 
 
 def right_after_a_full_run(s: PolicyStack) -> None:
