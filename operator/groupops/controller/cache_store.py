@@ -35,6 +35,7 @@ last note of an object is its newest write.
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -64,6 +65,7 @@ class Selector:
     terms: tuple[tuple[str, str, str], ...]
 
     @classmethod
+    @functools.lru_cache(maxsize=16384)  # every settled check parses its policy's selector again
     def parse(cls, text: str) -> Selector:
         terms: list[tuple[str, str, str]] = []
         for part in (p.strip() for p in text.split(",")):

@@ -17,7 +17,7 @@ __all__ = ["Metrics"]
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
-        self._set_last: dict[tuple[int, str, str], frozenset[str]] = {}
+        self._set_last: dict[tuple[int, str, str], dict[str, float]] = {}
         """(gauge, namespace, policy) -> the third label's values `_replace_series` set last."""
         labels = ("namespace", "policy")
         self.member_lag = Gauge(
@@ -342,15 +342,19 @@ class Metrics:
 
     def _replace_series(self, gauge: Gauge, namespace: str, policy: str, values: Mapping[str, float]) -> None:
         """Make the policy's series of `gauge` (labelled namespace, policy and one more) exactly
-        `values`. The label values set last time are remembered per policy, so a reconcile never
-        scans the series of every other policy (thousands of them, at every tick)."""
+        `values`. What was set last time is remembered per policy, so a reconcile never scans the
+        series of every other policy (thousands of them, at every tick), and a settled policy's
+        check that finds the same values sets nothing."""
         key = (id(gauge), namespace, policy)
-        for gone in self._set_last.get(key, frozenset()) - values.keys():
+        last = self._set_last.get(key, {})
+        if last == values:
+            return
+        for gone in last.keys() - values.keys():
             with contextlib.suppress(KeyError):
                 gauge.remove(namespace, policy, gone)
         for label, value in values.items():
             gauge.labels(namespace, policy, label).set(value)
-        self._set_last[key] = frozenset(values)
+        self._set_last[key] = dict(values)
 
     def forget(self, namespace: str, policy: str) -> None:
         """Drop every series of a deleted policy (counters and histograms too: a policy created

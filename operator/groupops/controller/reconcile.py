@@ -28,7 +28,7 @@ from __future__ import annotations
 import base64
 import logging
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
@@ -190,7 +190,9 @@ def begin_settled_check(body: Mapping[str, Any], deps: Deps, memory: PolicyMemor
     run = _run_context(body, deps, memory)
     if _inputs_of(run) != settled.inputs:
         return None
-    started = _start_lag_read(run, settled.spec, settled.client_config, previous=settled.previous)
+    started = _start_lag_read(
+        run, settled.spec, settled.client_config, previous=settled.previous, reader=settled.reader
+    )
     return SettledCheck(run=run, settled=settled, started=started)
 
 
@@ -539,6 +541,7 @@ def _settled_after(
         leases=leases,
         until=until,
         by_counts=by_counts,
+        reader=_lag_reader(run, spec, client_config, previous=plan),
     )
 
 
@@ -782,32 +785,51 @@ def _broker_agreement(
     return agreement
 
 
+LagReader = tuple[SourceContext, Callable[[], LagSnapshot]]
+"""A policy's lag source context and its read (`_lag_reader`)."""
+
 _Started = tuple[SourceContext, Future[LagSnapshot] | None]
 """A lag read started by `_start_lag_read`: its source context and its future (None: read
 already, without a pool)."""
 
 
-def _start_lag_read(
+def _lag_reader(
     run: RunContext, spec: PolicySpec, client_config: Mapping[str, str], *, previous: PublishedPlan
-) -> _Started:
-    """Start the policy's lag read (or find the one in flight: one per policy) without waiting."""
+) -> LagReader:
+    """How the policy's lag is read: its source context and the read itself. Equal inputs give
+    an equal reader, so a settled policy keeps the one its full run built (`Settled.reader`)."""
     context = _source_context(run, spec, client_config)
     if context.history is not None and spec.consumers.delivery == "plan" and run.deps.history is not None:
         # the replicas never join the Kafka group: the history names the plan's owners (§10)
         owners = {tp: str(identity) for tp, identity in previous.owner_of().items()}
         context = replace(context, history=PlannedOwners(run.deps.history, owners))
+    readers = run.deps.kafka_readers
+    read_context = context
 
     def read() -> LagSnapshot:
-        readers = run.deps.kafka_readers
         if spec.lag_source.type == "kafka" and readers is not None:
-            source: LagSource = readers.source(spec.lag_source.settings, context)
+            source: LagSource = readers.source(spec.lag_source.settings, read_context)
         else:
-            source = build_lag_source(spec.lag_source.type, spec.lag_source.settings, context)
+            source = build_lag_source(spec.lag_source.type, spec.lag_source.settings, read_context)
         try:
             return source.read(spec.group_id, list(spec.topics))
         finally:
             source.close()
 
+    return context, read
+
+
+def _start_lag_read(
+    run: RunContext,
+    spec: PolicySpec,
+    client_config: Mapping[str, str],
+    *,
+    previous: PublishedPlan,
+    reader: LagReader | None = None,
+) -> _Started:
+    """Start the policy's lag read (or find the one in flight: one per policy) without waiting;
+    `reader`: one `_lag_reader` built for these arguments already."""
+    context, read = reader or _lag_reader(run, spec, client_config, previous=previous)
     future = run.memory.lag.start(
         read,
         pool=run.deps.lag_pool,

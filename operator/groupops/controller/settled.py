@@ -29,12 +29,13 @@ plans on counts settles on the shape of its lag").
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from groupops.controller.identities import IdentityView
 from groupops.controller.spec import PolicySpec
 from groupops.lag import LagSnapshot
+from groupops.lag.registry import SourceContext
 from groupops.model import TopicPartition
 from groupops.planner.plan_format import PublishedPlan
 from groupops.planner.stuck import PartitionState
@@ -128,6 +129,9 @@ class Settled:
     until: float
     by_counts: CountSettled | None = None
     """Set for a policy that plans on counts: the check compares its shape, not `lag`."""
+    reader: tuple[SourceContext, Callable[[], LagSnapshot]] | None = None
+    """The lag read of `spec`, `client_config` and `previous`, built once by the full run (None:
+    the check builds it)."""
 
 
 def comparable(snapshot: LagSnapshot) -> LagSnapshot:

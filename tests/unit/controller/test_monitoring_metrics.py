@@ -314,3 +314,24 @@ def test_after_forget_no_series_of_the_policy_is_left_in_the_registry() -> None:
     assert {"groupops_rebalances_total", "groupops_reconcile_duration_seconds_count"} <= policy_series()
     world.metrics.forget("ns", "p")
     assert policy_series() == set()
+
+
+def test_a_series_set_again_with_the_same_values_stays_and_one_forgotten_comes_back() -> None:
+    # The policy's labelled series remember what was set last, so a settled check that finds the
+    # same values writes nothing: the series must still read those values, follow a change, and
+    # come back after the policy was forgotten (deleted, then created again under its name).
+    metrics = Metrics()
+
+    def read(state: str) -> float | None:
+        labels = {"namespace": "ns", "policy": "p", "state": state}
+        return metrics.registry.get_sample_value("groupops_partition_status", labels)
+
+    metrics.record_partition_states("ns", "p", {"OK": 3, "STALL": 1})
+    metrics.record_partition_states("ns", "p", {"OK": 3, "STALL": 1})
+    assert (read("OK"), read("STALL")) == (3, 1)
+    metrics.record_partition_states("ns", "p", {"OK": 4})
+    assert (read("OK"), read("STALL")) == (4, None)
+    metrics.forget("ns", "p")
+    assert read("OK") is None
+    metrics.record_partition_states("ns", "p", {"OK": 4})
+    assert read("OK") == 4
