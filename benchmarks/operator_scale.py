@@ -22,7 +22,9 @@ Per N (a fresh namespace and a fresh operator with its default tick, 5 s, alread
 3. in that steady window: operator CPU seconds (utime+stime of /proc/<pid>/stat) per minute
    and as % of one core,
    reconciles per second (the operator's groupops_reconcile_duration_seconds_count; ticks of
-   settled policies whose check found nothing changed, groupops_reconciles_skipped_total) and API
+   settled policies whose check found nothing changed, groupops_reconciles_skipped_total), the
+   settled sweep's CPU per check and in all (groupops_operator_settled_check_cpu_seconds_total
+   over groupops_operator_settled_checks_total) and API
    requests per second (apiserver_request_total of the API server's /metrics, every client, per
    verb and in total besides WATCH);
 4. `--single-changes` spec changes one policy at a time (a `range` policy to `roundrobin`, a
@@ -313,6 +315,9 @@ def operator_metric(metrics_port: int, metric: str) -> float:
 
 SKIPPED = "groupops_reconciles_skipped_total"
 """Ticks of settled policies whose check found nothing changed (docs/design.md §8.3)."""
+SETTLED_CHECKS = "groupops_operator_settled_checks_total"
+SETTLED_CHECK_CPU = "groupops_operator_settled_check_cpu_seconds_total"
+"""The settled sweep's checks and the CPU its thread spent on them: what one check costs."""
 
 
 def operator_reconciles(metrics_port: int) -> float:
@@ -476,11 +481,15 @@ class Run:
         requests_before = apiserver_requests(self.kubectl)
         reconciles_before = operator_reconciles(self.metrics_port)
         skipped_before = operator_metric(self.metrics_port, SKIPPED)
+        checks_before = operator_metric(self.metrics_port, SETTLED_CHECKS)
+        check_cpu_before = operator_metric(self.metrics_port, SETTLED_CHECK_CPU)
         cpu_before, at = self.sampler.cpu_seconds(), time.monotonic()
         time.sleep(seconds)
         cpu_after, elapsed = self.sampler.cpu_seconds(), time.monotonic() - at
         reconciles_after = operator_reconciles(self.metrics_port)
         skipped_after = operator_metric(self.metrics_port, SKIPPED)
+        checks = operator_metric(self.metrics_port, SETTLED_CHECKS) - checks_before
+        check_cpu = operator_metric(self.metrics_port, SETTLED_CHECK_CPU) - check_cpu_before
         requests_after = apiserver_requests(self.kubectl)
         per_verb = {
             verb: round((requests_after.get(verb, 0.0) - requests_before.get(verb, 0.0)) / elapsed, 2)
@@ -494,6 +503,8 @@ class Run:
             "cpu_percent_of_one_core": round((cpu_after - cpu_before) * 100 / elapsed, 1),
             "reconciles_per_s": round((reconciles_after - reconciles_before) / elapsed, 1),
             "skipped_ticks_per_s": round((skipped_after - skipped_before) / elapsed, 1),
+            "settled_check_cpu_us": round(check_cpu * 1e6 / checks, 1) if checks else None,
+            "settled_check_cpu_percent_of_one_core": round(check_cpu * 100 / elapsed, 1),
             "api_requests_per_s": per_verb,
             "api_requests_per_s_besides_watch": round(per_verb["total"] - per_verb.get("WATCH", 0.0), 1),
             "rss_mib_end": round(self.sampler.rss_mib(), 1),

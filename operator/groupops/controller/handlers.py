@@ -173,6 +173,7 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
         begin=lambda body, memory: begin_settled_check(body, deps, memory),
         finish=finish_settled_check,
         wait_s=LAG_WAIT_S,
+        on_round=deps.metrics.record_settled_round,
     )
     loops: dict[tuple[str, str], _PolicyLoop] = {}
     """The loop of every policy the operator knows, for the watches to reach."""

@@ -153,6 +153,19 @@ class Metrics:
             labels,
             registry=self.registry,
         )
+        self.settled_checks = Counter(
+            "groupops_operator_settled_checks",
+            "Checks of parked settled policies by the settled sweep, whatever they found "
+            "(docs/design.md §8.3).",
+            registry=self.registry,
+        )
+        self.settled_check_cpu_seconds = Counter(
+            "groupops_operator_settled_check_cpu_seconds",
+            "CPU seconds the settled sweep's thread spent on its checks (the lag reads they start "
+            "run on the lag pool and are not counted): divided by groupops_operator_settled_checks_total, "
+            "what one check of a settled policy costs the operator.",
+            registry=self.registry,
+        )
         self.status_figures_held = Counter(
             "groupops_status_figures_held",
             "Runs whose only status change was lag figures, held back because status was written "
@@ -296,6 +309,10 @@ class Metrics:
 
     def count_request(self, verb: str, kind: str) -> None:
         self.api_requests.labels(verb, kind).inc()
+
+    def record_settled_round(self, checks: int, cpu_s: float) -> None:
+        self.settled_checks.inc(checks)
+        self.settled_check_cpu_seconds.inc(cpu_s)
 
     def record_members(self, namespace: str, policy: str, lag_by_identity: Mapping[str, int]) -> None:
         for identity, lag in lag_by_identity.items():

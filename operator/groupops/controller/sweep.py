@@ -67,7 +67,9 @@ class SettledSweep(Generic[Memory, Check, Lag]):
     (None: it runs in full, nothing started); `finish(check, wait_s)`: the second, waiting at most
     `wait_s` for its read (None: nothing changed; else the lag read). The reads of one round
     share one deadline, `wait_s` after the first pass, so a source that does not answer costs a
-    round that long and no more. Both run on `executor`, which should be the sweep's own thread."""
+    round that long and no more. Both run on `executor`, which should be the sweep's own thread.
+    `on_round(checks, cpu_s)` is told after each round with checks how many it made and the CPU
+    seconds its thread spent on them (a read on another thread, such as the lag pool, excluded)."""
 
     def __init__(
         self,
@@ -79,6 +81,7 @@ class SettledSweep(Generic[Memory, Check, Lag]):
         wait_s: float = 1.0,
         round_s: float = 0.25,
         clock: Callable[[], float] = time.monotonic,
+        on_round: Callable[[int, float], None] = lambda checks, cpu_s: None,
     ) -> None:
         self._tick_s = tick_s
         self._executor = executor
@@ -87,6 +90,7 @@ class SettledSweep(Generic[Memory, Check, Lag]):
         self._wait_s = wait_s
         self._round_s = round_s
         self._clock = clock
+        self._on_round = on_round
         self._parked: dict[tuple[str, str], Parked[Memory, Lag]] = {}
         self._task: asyncio.Task[None] | None = None
         self.rounds = 0
@@ -171,6 +175,13 @@ class SettledSweep(Generic[Memory, Check, Lag]):
 
     def _check_all(self, due: Sequence[Parked[Memory, Lag]]) -> list[Changed[Lag] | None]:
         """Both passes over `due`, on the sweep's thread. None: nothing changed."""
+        started = time.thread_time()
+        try:
+            return self._both_passes(due)
+        finally:
+            self._on_round(len(due), time.thread_time() - started)
+
+    def _both_passes(self, due: Sequence[Parked[Memory, Lag]]) -> list[Changed[Lag] | None]:
         begun: list[Check | None] = []
         for parked in due:
             try:

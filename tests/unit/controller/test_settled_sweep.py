@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -267,3 +268,39 @@ def test_a_sweep_that_ends_by_an_error_is_logged_and_starts_again(
     crashes = [r for r in caplog.records if "settled sweep ended by an error" in r.getMessage()]
     assert len(crashes) == 1
     assert crashes[0].exc_info is not None and str(crashes[0].exc_info[1]) == "a bug in the sweep"
+
+
+def test_a_round_with_checks_reports_how_many_and_the_cpu_its_thread_spent(pool: ThreadPoolExecutor) -> None:
+    told: list[tuple[int, float]] = []
+
+    def busy_begin(body: Mapping[str, Any], memory: Memory) -> Memory:
+        spent = time.thread_time()
+        while time.thread_time() - spent < 0.02:  # CPU the check spends on the sweep's thread
+            pass
+        return memory
+
+    async def main() -> None:
+        clock = Clock()
+        sweep: SettledSweep[Memory, Memory, str] = SettledSweep(
+            tick_s=TICK_S,
+            executor=pool,
+            begin=busy_begin,
+            finish=lambda check, wait_s: None,
+            round_s=ROUND_S,
+            clock=clock,
+            on_round=lambda checks, cpu_s: told.append((checks, cpu_s)),
+        )
+        try:
+            for name in ("a", "b"):
+                sweep.park(("ns", name), body_of(name), Memory(name), next_check=clock.now + TICK_S)
+            await rounds(sweep, 2)
+            assert told == []  # rounds without a due check report nothing
+            clock.now += TICK_S
+            await until(lambda: bool(told))
+        finally:
+            await sweep.close()
+
+    asyncio.run(main())
+    (checks, cpu_s), *_ = told
+    assert checks == 2
+    assert cpu_s >= 0.04
