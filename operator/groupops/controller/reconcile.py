@@ -804,13 +804,12 @@ def _lag_reader(
         owners = {tp: str(identity) for tp, identity in previous.owner_of().items()}
         context = replace(context, history=PlannedOwners(run.deps.history, owners))
     readers = run.deps.kafka_readers
-    read_context = context
 
     def read() -> LagSnapshot:
         if spec.lag_source.type == "kafka" and readers is not None:
-            source: LagSource = readers.source(spec.lag_source.settings, read_context)
+            source: LagSource = readers.source(spec.lag_source.settings, context)
         else:
-            source = build_lag_source(spec.lag_source.type, spec.lag_source.settings, read_context)
+            source = build_lag_source(spec.lag_source.type, spec.lag_source.settings, context)
         try:
             return source.read(spec.group_id, list(spec.topics))
         finally:
