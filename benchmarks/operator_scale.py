@@ -307,10 +307,15 @@ def apiserver_requests(kubectl: Kubectl) -> dict[str, float]:
     return prometheus_sum(kubectl.run("get", "--raw", "/metrics").stdout, "apiserver_request_total")
 
 
-def operator_metric(metrics_port: int, metric: str) -> float:
+def operator_metrics(metrics_port: int, *metrics: str) -> dict[str, float]:
+    """Each of `metrics` summed over its labels, from one scrape of the operator's /metrics."""
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=30) as response:
         text = response.read().decode()
-    return prometheus_sum(text, metric)["total"]
+    return {metric: prometheus_sum(text, metric)["total"] for metric in metrics}
+
+
+def operator_metric(metrics_port: int, metric: str) -> float:
+    return operator_metrics(metrics_port, metric)[metric]
 
 
 SKIPPED = "groupops_reconciles_skipped_total"
@@ -320,8 +325,13 @@ SETTLED_CHECK_CPU = "groupops_operator_settled_check_cpu_seconds_total"
 """The settled sweep's checks and the CPU its thread spent on them: what one check costs."""
 
 
+RECONCILES = "groupops_reconcile_duration_seconds_count"
+STEADY_COUNTERS = (RECONCILES, SKIPPED, SETTLED_CHECKS, SETTLED_CHECK_CPU)
+"""What `steady` reads at each end of its window, from one scrape each."""
+
+
 def operator_reconciles(metrics_port: int) -> float:
-    return operator_metric(metrics_port, "groupops_reconcile_duration_seconds_count")
+    return operator_metric(metrics_port, RECONCILES)
 
 
 # -- the workload --------------------------------------------------------------------------------
@@ -479,17 +489,13 @@ class Run:
         """CPU, reconciles and API requests over a window of `seconds` with nothing else going on."""
         assert self.sampler is not None
         requests_before = apiserver_requests(self.kubectl)
-        reconciles_before = operator_reconciles(self.metrics_port)
-        skipped_before = operator_metric(self.metrics_port, SKIPPED)
-        checks_before = operator_metric(self.metrics_port, SETTLED_CHECKS)
-        check_cpu_before = operator_metric(self.metrics_port, SETTLED_CHECK_CPU)
+        before = operator_metrics(self.metrics_port, *STEADY_COUNTERS)
         cpu_before, at = self.sampler.cpu_seconds(), time.monotonic()
         time.sleep(seconds)
         cpu_after, elapsed = self.sampler.cpu_seconds(), time.monotonic() - at
-        reconciles_after = operator_reconciles(self.metrics_port)
-        skipped_after = operator_metric(self.metrics_port, SKIPPED)
-        checks = operator_metric(self.metrics_port, SETTLED_CHECKS) - checks_before
-        check_cpu = operator_metric(self.metrics_port, SETTLED_CHECK_CPU) - check_cpu_before
+        after = operator_metrics(self.metrics_port, *STEADY_COUNTERS)
+        moved = {name: after[name] - before[name] for name in STEADY_COUNTERS}
+        checks, check_cpu = moved[SETTLED_CHECKS], moved[SETTLED_CHECK_CPU]
         requests_after = apiserver_requests(self.kubectl)
         per_verb = {
             verb: round((requests_after.get(verb, 0.0) - requests_before.get(verb, 0.0)) / elapsed, 2)
@@ -501,8 +507,8 @@ class Run:
             "window_s": round(elapsed, 1),
             "cpu_s_per_min": round((cpu_after - cpu_before) * 60 / elapsed, 1),
             "cpu_percent_of_one_core": round((cpu_after - cpu_before) * 100 / elapsed, 1),
-            "reconciles_per_s": round((reconciles_after - reconciles_before) / elapsed, 1),
-            "skipped_ticks_per_s": round((skipped_after - skipped_before) / elapsed, 1),
+            "reconciles_per_s": round(moved[RECONCILES] / elapsed, 1),
+            "skipped_ticks_per_s": round(moved[SKIPPED] / elapsed, 1),
             "settled_check_cpu_us": round(check_cpu * 1e6 / checks, 1) if checks else None,
             "settled_check_cpu_percent_of_one_core": round(check_cpu * 100 / elapsed, 1),
             "api_requests_per_s": per_verb,

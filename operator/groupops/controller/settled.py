@@ -129,9 +129,8 @@ class Settled:
     until: float
     by_counts: CountSettled | None = None
     """Set for a policy that plans on counts: the check compares its shape, not `lag`."""
-    reader: tuple[SourceContext, Callable[[], LagSnapshot]] | None = None
-    """The lag read of `spec`, `client_config` and `previous`, built once by the full run (None:
-    the check builds it)."""
+    reader: tuple[SourceContext, Callable[[], LagSnapshot]]
+    """The lag read of `spec`, `client_config` and `previous`, built once by the full run."""
 
 
 def comparable(snapshot: LagSnapshot) -> LagSnapshot:
