@@ -51,7 +51,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from groupops.controller.cache_store import Key, Selector, VersionedStore, rv_of
+from groupops.controller.cache_store import ChangeStamps, IndexedObjects, Key, Selector, VersionedStore, rv_of
 from groupops.controller.metrics import Metrics
 from groupops.controller.names import LABEL_MANAGED_BY, LABEL_POLICY, MANAGED_BY
 from groupops.controller.settings import Settings
@@ -174,6 +174,7 @@ class WatchCache:
         retry_base: float = RETRY_BASE_S,
         retry_max: float = RETRY_MAX_S,
         clock: Callable[[], float] = time.monotonic,
+        stamps: ChangeStamps | None = None,
     ) -> None:
         self.api_version = api_version
         self.kind = kind
@@ -187,7 +188,7 @@ class WatchCache:
         self._retry_max = retry_max
         self._clock = clock
         self._lock = threading.Lock()
-        self._store = VersionedStore()
+        self._store = VersionedStore(stamps=stamps)
         self._listeners: list[Listener] = []
         self._streams = [_Stream(self, namespace) for namespace in (tuple(namespaces) or (None,))]
         self._namespaces = frozenset(namespaces)
@@ -468,6 +469,7 @@ class Caches:
         self._metrics = metrics
         self._secret_idle = secret_idle
         self._clock = clock
+        self._stamps = ChangeStamps()
         self._kinds = {
             cached.kind: WatchCache(
                 client,
@@ -475,6 +477,7 @@ class Caches:
                 cached.kind,
                 namespaces=namespaces,
                 label_selector=cached.label_selector,
+                stamps=self._stamps,
             )
             for cached in CACHED_KINDS
         }
@@ -533,17 +536,21 @@ class Caches:
 
     def versions(self, namespace: str, label_selector: str) -> tuple[object, ...] | None:
         """What says that the cached objects of `namespace` matching `label_selector` did not
-        change, kind by kind (`WatchCache.versions`: a change count or resourceVersions), and the
-        resourceVersions of the namespace's Secrets read so far; None when a cache does not
-        cover the namespace or is not synced (what the reads would return is then not known
-        without a request). Equal answers mean the reads of a reconcile return the same objects."""
+        change: for a selector of one policy's objects, one stamp across every kind
+        (`ChangeStamps`), else kind by kind (`WatchCache.versions`); and the resourceVersions of
+        the namespace's Secrets read so far. None when a cache does not cover the namespace or
+        is not synced (what the reads would return is then not known without a request). Equal
+        answers mean the reads of a reconcile return the same objects."""
         wanted = Selector.parse(label_selector)
-        parts: list[object] = []
-        for kind in self._kinds:
-            versions = self.kind_versions(kind, namespace, wanted)
-            if versions is None:
+        for cache in self._kinds.values():
+            if not (cache.covers(namespace) and cache.synced()):
                 return None
-            parts.append((kind, versions))
+        value = IndexedObjects.indexed_value(wanted)
+        parts: list[object]
+        if value is not None:
+            parts = [self._stamps.of(namespace, value)]
+        else:
+            parts = [(kind, cache.versions(namespace, wanted)) for kind, cache in self._kinds.items()]
         with self._lock:
             secrets = sorted((key, cache) for key, (cache, _) in self._secrets.items() if key[0] == namespace)
         for (_, name), cache in secrets:

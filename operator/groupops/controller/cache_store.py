@@ -36,12 +36,22 @@ last note of an object is its newest write.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["HOLD_LIMIT_S", "SEEN_HISTORY", "Key", "Selector", "VersionedStore", "key_of", "rv_of"]
+__all__ = [
+    "HOLD_LIMIT_S",
+    "SEEN_HISTORY",
+    "ChangeStamps",
+    "Key",
+    "Selector",
+    "VersionedStore",
+    "key_of",
+    "rv_of",
+]
 
 Key = tuple[str, str]
 """(namespace, name); namespace "" for cluster-scoped objects."""
@@ -129,13 +139,35 @@ INDEXED_LABEL = "groupops.dev/policy"
 policy has, not what the cache holds (1,000 policies: 6,000 objects per kind scanned before)."""
 
 
-class IndexedObjects(dict[Key, dict[str, Any]]):
-    """The store's objects, with an index by (namespace, `INDEXED_LABEL` value), and a count of
-    the changes under each index value (`generations`). Every mutation the store makes goes
-    through `__setitem__`, `__delitem__` or `pop`."""
+class ChangeStamps:
+    """One stamp per (namespace, `INDEXED_LABEL` value), moved by a change under that value in
+    any of the stores that share it: what a settled policy's check compares for every kind it
+    owns at once (docs/design.md §8.3, "one stamp per policy across the kinds it owns").
+
+    A stamp is drawn from one sequence and never written twice, so stores on different watch
+    threads need no common lock: whichever of two changes is stored last, the stamp differs from
+    every stamp read before either."""
 
     def __init__(self) -> None:
+        self._sequence = itertools.count(1)
+        self._stamps: dict[tuple[str, str], int] = {}
+
+    def moved(self, index: tuple[str, str]) -> None:
+        self._stamps[index] = next(self._sequence)
+
+    def of(self, namespace: str, value: str) -> int:
+        """The stamp of the objects under `value` in `namespace` (0: none ever changed)."""
+        return self._stamps.get((namespace, value), 0)
+
+
+class IndexedObjects(dict[Key, dict[str, Any]]):
+    """The store's objects, with an index by (namespace, `INDEXED_LABEL` value), and a count of
+    the changes under each index value (`generations`), also told to `stamps` when given. Every
+    mutation the store makes goes through `__setitem__`, `__delitem__` or `pop`."""
+
+    def __init__(self, stamps: ChangeStamps | None = None) -> None:
         super().__init__()
+        self._stamps = stamps
         self.by_label: dict[tuple[str, str], set[Key]] = {}
         self.generations: dict[tuple[str, str], int] = {}
         """Per (namespace, index value): how many times an object under it was added, replaced
@@ -152,6 +184,8 @@ class IndexedObjects(dict[Key, dict[str, Any]]):
         if label is not None:
             index = (namespace, label)
             self.generations[index] = self.generations.get(index, 0) + 1
+            if self._stamps is not None:
+                self._stamps.moved(index)
 
     def _unindex(self, key: Key) -> str | None:
         old = super().get(key)
@@ -190,7 +224,8 @@ class IndexedObjects(dict[Key, dict[str, Any]]):
         value = self.indexed_value(selector)
         return None if value is None else self.generations.get((namespace, value), 0)
 
-    def indexed_value(self, selector: Selector) -> str | None:
+    @staticmethod
+    def indexed_value(selector: Selector) -> str | None:
         """The value the selector requires of `INDEXED_LABEL` (None: it requires none)."""
         for key, operator, value in selector.terms:
             if key == INDEXED_LABEL and operator == "=":
@@ -201,8 +236,14 @@ class IndexedObjects(dict[Key, dict[str, Any]]):
 class VersionedStore:
     """The objects of one cache under the rule of the module docstring; `now` in seconds."""
 
-    def __init__(self, *, history: int = SEEN_HISTORY, hold_limit: float = HOLD_LIMIT_S) -> None:
-        self.objects = IndexedObjects()
+    def __init__(
+        self,
+        *,
+        history: int = SEEN_HISTORY,
+        hold_limit: float = HOLD_LIMIT_S,
+        stamps: ChangeStamps | None = None,
+    ) -> None:
+        self.objects = IndexedObjects(stamps)
         self._holds: dict[Key, _Hold] = {}
         self._seen: OrderedDict[tuple[Key, str], None] = OrderedDict()
         self._history = history

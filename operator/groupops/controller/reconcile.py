@@ -105,7 +105,7 @@ from groupops.lag import (
 )
 from groupops.lag import kafka as kafka_lag
 from groupops.lag.history import PlannedOwners
-from groupops.lag.registry import SourceContext, build_lag_source
+from groupops.lag.registry import FIXED_SOURCE_TYPES, SourceContext, build_lag_source
 from groupops.lag.reset import apply_reset, read_reset
 from groupops.model import MemberId, TopicPartition
 from groupops.planner.handoff import HandoffError, HandoffResult, MemberState, fence_epoch, predicted_plan
@@ -176,7 +176,8 @@ class SettledCheck:
 
     run: RunContext
     settled: Settled
-    started: _Started
+    started: _Started | None
+    """None: the source reads what the settled run read (`Settled.fixed_lag`); nothing started."""
 
 
 def begin_settled_check(body: Mapping[str, Any], deps: Deps, memory: PolicyMemory) -> SettledCheck | None:
@@ -190,6 +191,8 @@ def begin_settled_check(body: Mapping[str, Any], deps: Deps, memory: PolicyMemor
     run = _run_context(body, deps, memory)
     if _inputs_of(run) != settled.inputs:
         return None
+    if settled.fixed_lag:
+        return SettledCheck(run=run, settled=settled, started=None)
     started = _start_lag_read(
         run, settled.spec, settled.client_config, previous=settled.previous, reader=settled.reader
     )
@@ -202,6 +205,11 @@ def finish_settled_check(check: SettledCheck, wait_s: float = LAG_WAIT_S) -> Tak
     skipped (counted in groupops_reconciles_skipped_total); otherwise the lag read, which the
     full run plans on (same inputs, same read)."""
     run, settled = check.run, check.settled
+    if check.started is None:
+        if _progress_behind(run, settled.leases):
+            return replace(settled.lag, taken_at=run.now.timestamp()), None, None
+        run.deps.metrics.reconciles_skipped.labels(run.policy.namespace, run.policy.name).inc()
+        return None
     lag = _read_lag(
         run,
         settled.spec,
@@ -542,6 +550,7 @@ def _settled_after(
         until=until,
         by_counts=by_counts,
         reader=_lag_reader(run, spec, client_config, previous=plan),
+        fixed_lag=spec.lag_source.type in FIXED_SOURCE_TYPES,
     )
 
 

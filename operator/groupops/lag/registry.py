@@ -20,7 +20,7 @@ from groupops.lag.base import LagSource, LagSourceConfigError, PartitionCounts, 
 if TYPE_CHECKING:
     from groupops.lag.history import HistorySink
 
-__all__ = ["SOURCE_TYPES", "SourceContext", "SourceFactory", "build_lag_source"]
+__all__ = ["FIXED_SOURCE_TYPES", "SOURCE_TYPES", "SourceContext", "SourceFactory", "build_lag_source"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,6 +81,12 @@ _FACTORIES: dict[str, SourceFactory] = {
 }
 
 SOURCE_TYPES: tuple[str, ...] = tuple(_FACTORIES)
+
+FIXED_SOURCE_TYPES = frozenset({static.TYPE})
+"""Sources whose read is a function of their settings and the topics asked, nothing else: with
+both unchanged, a read at any later moment returns the same lags (only `taken_at` differs). A
+settled policy on one is not read again until its spec changes (docs/design.md §8.3, "a parked
+policy reads its lag only when its source can move it")."""
 
 
 def build_lag_source(type_name: str, spec: Mapping[str, Any], context: SourceContext) -> LagSource:

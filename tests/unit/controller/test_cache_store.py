@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from groupops.controller.cache_store import (
     HOLD_LIMIT_S,
     INDEXED_LABEL,
+    ChangeStamps,
     IndexedObjects,
     Selector,
     VersionedStore,
@@ -299,6 +300,60 @@ def test_an_equal_change_count_means_the_same_objects_version_for_version(
             objects.pop(key, None)
         record()
     assert objects.generation("ns-a", Selector.parse("app=x")) is None, "no index value: no count"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["Pod", "Lease"]),
+            st.sampled_from(["put", "del"]),
+            st.sampled_from(["o1", "o2"]),
+            st.sampled_from([None, "orders", "refunds"]),
+            st.sampled_from(["1", "2"]),
+        ),
+        max_size=40,
+    )
+)
+def test_an_equal_shared_stamp_means_the_same_objects_in_every_store(
+    steps: list[tuple[str, str, str, str | None, str]],
+) -> None:
+    """`ChangeStamps` shared by the stores of two kinds: whenever a policy's stamp is what it was
+    at an earlier step, the objects under it in both stores are that step's, version for
+    version, and any change in either store moves it."""
+    stamps = ChangeStamps()
+    stores = {"Pod": IndexedObjects(stamps), "Lease": IndexedObjects(stamps)}
+    seen: dict[str, dict[int, frozenset[tuple[str, str, str]]]] = {}
+
+    def under(policy: str) -> frozenset[tuple[str, str, str]]:
+        return frozenset(
+            (kind, key[1], str(obj["metadata"]["resourceVersion"]))
+            for kind, objects in stores.items()
+            for key, obj in objects.items()
+            if obj["metadata"]["labels"].get(INDEXED_LABEL) == policy
+        )
+
+    def record() -> dict[str, frozenset[tuple[str, str, str]]]:
+        now = {}
+        for policy in ("orders", "refunds"):
+            now[policy] = under(policy)
+            assert seen.setdefault(policy, {}).setdefault(stamps.of(NS, policy), now[policy]) == now[policy]
+        return now
+
+    before = record()
+    for kind, action, name, policy, rv in steps:
+        stamps_before = {policy: stamps.of(NS, policy) for policy in ("orders", "refunds")}
+        key = (NS, name)
+        if action == "put":
+            labels = {} if policy is None else {INDEXED_LABEL: policy}
+            stores[kind][key] = {"metadata": {"name": name, "labels": labels, "resourceVersion": rv}}
+        else:
+            stores[kind].pop(key, None)
+        after = record()
+        for watched in ("orders", "refunds"):
+            if after[watched] != before[watched]:
+                assert stamps.of(NS, watched) != stamps_before[watched], f"{watched} changed unseen"
+        before = after
 
 
 def test_a_put_of_the_version_held_is_no_change_and_a_new_version_is() -> None:
