@@ -60,7 +60,7 @@ from groupops.controller.reconcile import (
 from groupops.controller.sightings import hear_heartbeat_leases
 from groupops.controller.supervise import on_crash
 from groupops.controller.sweep import SettledSweep
-from groupops.controller.wakeup import exited_recently, expiry_due, next_wake
+from groupops.controller.wakeup import exited_recently, expiry_alarm, expiry_due, next_wake
 from groupops.kubeapi import KubeError
 
 __all__ = ["OWNED_KINDS", "build_registry", "delete_owned"]
@@ -250,15 +250,13 @@ def build_registry(deps: Deps) -> kopf.OperatorRegistry:
                 lag_news = asyncio.ensure_future(landed.wait())  # asks for a routine run, not urgent
                 if settled is not None:
                     # Parked: the sweep checks it at its ticks; the loop wakes for a change the
-                    # sweep found, a wake-up, an expiry, or the resync (§8.3).
+                    # sweep found, a wake-up, an expiry that is due, or the resync (§8.3).
                     changed = sweep.park(entry.key, lambda: entry.body, memory, next_check=next_tick)
-                    wake_at = next_wake(
-                        now=time.monotonic(),
-                        next_tick=settled.until,
-                        clock=memory.clock,
-                        judged_until=judged_until,
+                    alarm = expiry_alarm(memory.clock, judged_until=judged_until)
+                    woken = await memory.wakeup.wait_until(
+                        settled.until, interrupts=(stopping, changed, lag_news, alarm)
                     )
-                    woken = await memory.wakeup.wait_until(wake_at, interrupts=(stopping, changed, lag_news))
+                    alarm.cancel()
                     paced = sweep.unpark(entry.key)
                     if paced is not None:  # a loop that parks again keeps its policy's pace
                         next_tick = paced

@@ -11,7 +11,8 @@ Each policy has one loop (a kopf daemon in `handlers`) that reconciles every tic
 - a held Lease runs out by the operator's clock (`LeaseClock.next_expiry`): the loop sleeps until
   exactly then, so a crashed replica is replaced one lease duration after its last renewal (or
   granted heartbeat), not up to a tick later. A heartbeat moves that moment without waking the
-  loop: when the loop wakes at the old moment it finds nothing due and sleeps again. A moment the
+  loop: when the loop wakes at the old moment it finds nothing due and sleeps again; a parked
+  loop does not even wake then, its `expiry_alarm` looks again on a plain timer. A moment the
   answering process has not reported up to yet is not due: the loop looks again shortly.
 
 - its loop starts (a takeover, the operator's start) while one of its consumer containers started
@@ -46,6 +47,7 @@ __all__ = [
     "REPORT_RECHECK_S",
     "Wakeup",
     "exited_recently",
+    "expiry_alarm",
     "expiry_due",
     "lease_fingerprint",
     "next_wake",
@@ -97,6 +99,37 @@ def expiry_due(*, now: float, clock: LeaseClock, judged_until: float) -> bool:
     at `now` (`LeaseClock.judged_through`)."""
     expiry = clock.next_expiry(after=judged_until)
     return expiry is not None and expiry + EXPIRY_MARGIN_S <= clock.judged_through(now)
+
+
+def expiry_alarm(clock: LeaseClock, *, judged_until: float) -> asyncio.Future[None]:
+    """A future of the running loop, resolved once a held Lease's expiry after `judged_until` is
+    due (`expiry_due`). While heartbeats keep moving the expiry, a plain timer of the event loop
+    looks again at the moment it would now be due (`next_wake`), so a parked policy's loop wakes
+    only for an expiry that is due, not at every moment one was once due (docs/design.md §8.3,
+    "a parked loop wakes for an expiry only when it is due"). Cancel it to stop the timer."""
+    loop = asyncio.get_running_loop()
+    fired: asyncio.Future[None] = loop.create_future()
+    timer: list[asyncio.TimerHandle] = []
+
+    def look() -> None:
+        timer.clear()
+        if fired.done():
+            return
+        now = time.monotonic()
+        if expiry_due(now=now, clock=clock, judged_until=judged_until):
+            fired.set_result(None)
+            return
+        wake = next_wake(now=now, next_tick=math.inf, clock=clock, judged_until=judged_until)
+        if not math.isinf(wake):
+            timer.append(loop.call_later(max(0.0, wake - now), look))
+
+    def stop(_: asyncio.Future[None]) -> None:
+        for handle in timer:
+            handle.cancel()
+
+    fired.add_done_callback(stop)
+    look()
+    return fired
 
 
 @dataclass

@@ -12,6 +12,7 @@ from groupops.controller.wakeup import (
     RECENT_EXIT_S,
     REPORT_RECHECK_S,
     Wakeup,
+    expiry_alarm,
     expiry_due,
     lease_fingerprint,
     next_wake,
@@ -183,3 +184,61 @@ def test_a_container_start_or_end_is_news_once_and_a_lease_report_is_not() -> No
         return [after_lease, after_exit, taken_again, after_repeat]
 
     assert asyncio.run(scenario()) == [False, True, False, False]
+
+
+LIFETIME_S = 0.3
+
+
+def test_the_expiry_alarm_waits_while_heartbeats_move_the_expiry_and_fires_once_they_stop() -> None:
+    """A parked loop's alarm (`expiry_alarm`): heartbeats every 0.1 s keep a 0.3 s Lease alive for
+    a second, with the alarm never resolved; once they stop it resolves just after the last one's
+    expiry, as a loop sleeping to `next_wake` would have run."""
+    identity = MemberId("orders-0")
+
+    async def scenario() -> tuple[bool, float, float]:
+        clock = LeaseClock()
+        clock.observe(identity, "v1", time.monotonic(), lifetime=LIFETIME_S)
+        alarm = expiry_alarm(clock, judged_until=time.monotonic())
+        for _ in range(10):
+            await asyncio.sleep(0.1)
+            clock.hear(identity, time.monotonic())
+        alive = not alarm.done()
+        last = clock.heard_at(identity) or 0.0
+        await asyncio.wait_for(alarm, timeout=2.0)
+        return alive, time.monotonic() - last, last
+
+    alive, fired_after, _ = asyncio.run(scenario())
+    assert alive, "the alarm resolved while heartbeats kept the Lease alive"
+    assert LIFETIME_S + EXPIRY_MARGIN_S <= fired_after < LIFETIME_S + EXPIRY_MARGIN_S + 0.5
+
+
+def test_the_expiry_alarm_waits_for_the_answerers_report_and_stops_when_cancelled() -> None:
+    identity = MemberId("orders-0")
+
+    errors: list[dict[str, Any]] = []
+
+    async def scenario() -> tuple[bool, bool, bool, bool]:
+        asyncio.get_running_loop().set_exception_handler(lambda _, context: errors.append(context))
+        through = HeardThrough(time.monotonic())
+        clock = LeaseClock()
+        clock.follow(through)
+        clock.observe(identity, "v1", time.monotonic(), lifetime=0.1)
+        alarm = expiry_alarm(clock, judged_until=time.monotonic())
+        await asyncio.sleep(0.4)  # past the expiry, but the answerer has not reported that far
+        waited_for_report = not alarm.done()
+        through.advance(time.monotonic())
+        await asyncio.wait_for(alarm, timeout=REPORT_RECHECK_S + 1.0)
+        nobody = LeaseClock()  # no held Lease: nothing can expire
+        idle = expiry_alarm(nobody, judged_until=time.monotonic())
+        await asyncio.sleep(0.2)
+        idle_waits = not idle.done()
+        idle.cancel()
+        held = LeaseClock()
+        held.observe(identity, "v1", time.monotonic(), lifetime=0.1)
+        cancelled = expiry_alarm(held, judged_until=time.monotonic())
+        cancelled.cancel()
+        await asyncio.sleep(0.3)  # its timer would have resolved it by now
+        return waited_for_report, alarm.done(), idle_waits, cancelled.cancelled()
+
+    assert asyncio.run(scenario()) == (True, True, True, True)
+    assert errors == [], "a cancelled alarm's timer still ran"
