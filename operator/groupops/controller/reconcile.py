@@ -177,7 +177,7 @@ class SettledCheck:
     run: RunContext
     settled: Settled
     started: _Started | None
-    """None: the source reads what the settled run read (`Settled.fixed_lag`); nothing started."""
+    """None: the source reads what the settled run read (`FIXED_SOURCE_TYPES`); nothing started."""
 
 
 def begin_settled_check(body: Mapping[str, Any], deps: Deps, memory: PolicyMemory) -> SettledCheck | None:
@@ -191,7 +191,7 @@ def begin_settled_check(body: Mapping[str, Any], deps: Deps, memory: PolicyMemor
     run = _run_context(body, deps, memory)
     if _inputs_of(run) != settled.inputs:
         return None
-    if settled.fixed_lag:
+    if settled.spec.lag_source.type in FIXED_SOURCE_TYPES:
         return SettledCheck(run=run, settled=settled, started=None)
     started = _start_lag_read(
         run, settled.spec, settled.client_config, previous=settled.previous, reader=settled.reader
@@ -550,7 +550,6 @@ def _settled_after(
         until=until,
         by_counts=by_counts,
         reader=_lag_reader(run, spec, client_config, previous=plan),
-        fixed_lag=spec.lag_source.type in FIXED_SOURCE_TYPES,
     )
 
 

@@ -11,7 +11,7 @@ skips) then compares, in `reconcile`, before it parses or reads anything else:
    namespace, from the watch caches (`Caches.versions`, no copy, no request);
 2. its lag, read as every run reads it, but for the moment it was taken (`comparable`); a
    source whose reads follow from its settings alone (`static`) is not read: with the policy's
-   resourceVersion equal, its read would be the settled run's (`Settled.fixed_lag`);
+   resourceVersion equal, its read would be the settled run's (`FIXED_SOURCE_TYPES`);
 3. its replicas' progress as heartbeats report it: none far enough behind to be shown;
 4. the clock: it is before `Settled.until`, the earlier of the resync period and the moment
    damping could decide otherwise on the same figures (`planner.damping.Damped.quiet_s`).
@@ -133,9 +133,6 @@ class Settled:
     """Set for a policy that plans on counts: the check compares its shape, not `lag`."""
     reader: tuple[SourceContext, Callable[[], LagSnapshot]]
     """The lag read of `spec`, `client_config` and `previous`, built once by the full run."""
-    fixed_lag: bool = False
-    """The source reads the same lag while `spec` stays (`lag.registry.FIXED_SOURCE_TYPES`): the
-    check takes `lag` as its read instead of reading."""
 
 
 def comparable(snapshot: LagSnapshot) -> LagSnapshot:

@@ -63,9 +63,7 @@ def body(lag_source: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def settled_memory(
-    policy: Mapping[str, Any], caches: StampedCaches, *, fixed: bool
-) -> tuple[PolicyMemory, list[int]]:
+def settled_memory(policy: Mapping[str, Any], caches: StampedCaches) -> tuple[PolicyMemory, list[int]]:
     """A memory as a settled full run of `policy` leaves it, and the count of its lag reads."""
     reads: list[int] = []
     snapshot = LagSnapshot(group_id="g", taken_at=time.time(), lags=dict(LAGS))
@@ -85,7 +83,6 @@ def settled_memory(
         leases=LEASES,
         until=time.monotonic() + 60,
         reader=(SourceContext(bootstrap_servers="k:9092"), read),
-        fixed_lag=fixed,
     )
     return memory, reads
 
@@ -116,7 +113,7 @@ def check(policy: Mapping[str, Any], d: Deps, memory: PolicyMemory) -> tuple[boo
 def test_a_static_source_is_not_read_while_the_inputs_stay_and_the_check_skips() -> None:
     policy = body({"type": "static", "static": {"lags": {"t": list(LAGS["t"])}}})
     caches, progress, metrics = StampedCaches(), Progress(), Metrics()
-    memory, reads = settled_memory(policy, caches, fixed=True)
+    memory, reads = settled_memory(policy, caches)
     d = deps(caches, progress, metrics)
     for n in range(1, 4):
         assert check(policy, d, memory) == (True, None)
@@ -127,7 +124,7 @@ def test_a_static_source_is_not_read_while_the_inputs_stay_and_the_check_skips()
 def test_a_fixed_source_still_answers_its_inputs_and_its_replicas_progress() -> None:
     policy = body({"type": "static", "static": {"lags": {"t": list(LAGS["t"])}}})
     caches, progress, metrics = StampedCaches(), Progress(), Metrics()
-    memory, reads = settled_memory(policy, caches, fixed=True)
+    memory, reads = settled_memory(policy, caches)
     d = deps(caches, progress, metrics)
     progress.since_poll_s = 60.0  # the replicas stopped polling: status must show it
     got_past, taken = check(policy, d, memory)
@@ -146,7 +143,7 @@ def test_a_fixed_source_still_answers_its_inputs_and_its_replicas_progress() -> 
 def test_a_source_that_can_move_is_read_at_every_check() -> None:
     policy = body({"type": "prometheus", "prometheus": {"url": "http://prom:9090"}})
     caches, progress, metrics = StampedCaches(), Progress(), Metrics()
-    memory, reads = settled_memory(policy, caches, fixed=False)
+    memory, reads = settled_memory(policy, caches)
     d = deps(caches, progress, metrics)
     assert check(policy, d, memory) == (True, None)
     assert check(policy, d, memory) == (True, None)
