@@ -1,8 +1,9 @@
 """The operator's watch caches against the real API server: they follow creates, updates and
 deletes; the server filters by label (what the watch received is checked, not only what the
 cache holds); a noted write shows at once and no older event undoes it; a broken watch or an
-expired resourceVersion relists and reports what was deleted meanwhile; the auth Secret's watch
-sees a rotation without a GET per read."""
+expired resourceVersion relists and reports what was deleted meanwhile; a policy's change stamp
+across the kinds follows its own objects through a broken watch; the auth Secret's watch sees a
+rotation without a GET per read."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
-from groupops.controller.cache import Caches, WatchCache
+from groupops.controller.cache import CACHED_KINDS, Caches, WatchCache
 from groupops.controller.metrics import Metrics
 from groupops.controller.names import LABEL_MANAGED_BY, LABEL_POLICY, MANAGED_BY
 from groupops.kubeapi import Expired, KubeClient, WatchStream
@@ -280,6 +281,78 @@ def test_a_broken_watch_relists_and_reports_what_was_deleted_meanwhile(
     assert sorted(heard) == [("ADDED", "d"), ("DELETED", "b"), ("MODIFIED", "c")]
     assert [obj["metadata"]["name"] for obj in cache.list(namespace)] == ["a", "c", "d"]
     assert (cache.get(namespace, "c") or {}).get("data") == {"v": "2"}
+
+
+def test_a_policys_stamp_moves_for_its_own_objects_only_even_for_a_change_made_while_every_watch_was_down(
+    admin: KubeClient, recording: RecordingClient, namespace: str
+) -> None:
+    """`Caches.versions` of one policy (its settled check's input, one stamp across the kinds):
+    another policy's change leaves it; every watch broken, it is unknown (None) until they
+    relist; a relist that found nothing new leaves it; a change of the policy's Lease made while
+    the watches were down moves it once they relist."""
+    caches = Caches(recording, namespaces=(namespace,))
+    owned = f"{LABEL_POLICY}=p"
+    configs = caches.cache("ConfigMap")
+
+    opened = [0]  # watches opened when the last break began
+
+    def break_every_watch() -> None:
+        # a cache is synced once its LIST is in; its watch opens just after
+        wait_for("every kind's watch open", lambda: len(recording.streams) >= opened[0] + len(CACHED_KINDS))
+        opened[0] = len(recording.streams)
+        recording.list_gate.clear()  # the relists wait until the test lets them
+        for stream in list(recording.streams):
+            stream.close()
+        wait_for(
+            "every cache to notice",
+            lambda: not any(caches.cache(kind.kind).synced() for kind in CACHED_KINDS),
+            timeout=30,
+        )
+        assert caches.versions(namespace, owned) is None, "unknown while the watches are down"
+
+    caches.start()
+    try:
+        assert caches.wait_synced(30)
+        admin.create(lease(namespace, "p-g-0"))
+        admin.create(configmap(namespace, "p-plan", labels={LABEL_POLICY: "p", **MANAGED}, v="1"))
+        admin.create(configmap(namespace, "q-plan", labels={LABEL_POLICY: "q", **MANAGED}, v="1"))
+        wait_for(
+            "the three objects cached",
+            lambda: all(
+                cached is not None
+                for cached in (
+                    caches.leases.get(namespace, "p-g-0"),
+                    configs.get(namespace, "p-plan"),
+                    configs.get(namespace, "q-plan"),
+                )
+            ),
+            timeout=30,
+        )
+        before = caches.versions(namespace, owned)
+        assert before is not None
+
+        admin.patch("v1", "ConfigMap", namespace, "q-plan", {"data": {"v": "2"}})
+        wait_for(
+            "q's change cached", lambda: (configs.get(namespace, "q-plan") or {}).get("data") == {"v": "2"}
+        )
+        assert caches.versions(namespace, owned) == before, "another policy's change moved p's stamp"
+
+        break_every_watch()
+        recording.list_gate.set()
+        assert caches.wait_synced(30)
+        assert caches.versions(namespace, owned) == before, "a relist that found nothing new moved it"
+
+        break_every_watch()
+        admin.patch(
+            "coordination.k8s.io/v1", "Lease", namespace, "p-g-0", {"spec": {"holderIdentity": "g-0"}}
+        )
+        recording.list_gate.set()
+        assert caches.wait_synced(30)
+        after = caches.versions(namespace, owned)
+        assert after is not None and after != before, "a change made while the watches were down went unseen"
+    finally:
+        recording.list_gate.set()
+        caches.stop()
 
 
 def test_an_expired_resource_version_relists_and_reports_what_was_deleted_meanwhile(
